@@ -1,0 +1,101 @@
+"""Console output that lines up when Chinese and English share a line.
+
+Introduced in lecture 1 (code/lecture01); every later lecture imports it.
+
+A terminal draws an East Asian wide or fullwidth character (汉字, '：', '（') in two
+columns and an ASCII character in one, so `str.ljust` misaligns any table that mixes
+them. `display_width` counts columns the way a terminal does, using the Unicode
+East Asian Width property (unicodedata.east_asian_width: 'W' and 'F' are two columns).
+"""
+
+import unicodedata
+
+ALIGNMENTS = ("<", ">", "^")
+
+
+def display_width(text):
+    """Columns a terminal uses to draw `text`: wide/fullwidth characters count two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def pad(text, width, align="<"):
+    """Pad `text` with spaces to `width` display columns.
+
+    align: '<' left, '>' right, '^' centre (an odd leftover space goes to the right).
+    Text already wider than `width` comes back unchanged, never cut: a table that
+    overflows is ugly, a table that hides a digit is wrong.
+    """
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+    text = str(text)
+    gap = width - display_width(text)
+    if gap <= 0:
+        return text
+    if align == "<":
+        return text + " " * gap
+    if align == ">":
+        return " " * gap + text
+    left = gap // 2
+    return " " * left + text + " " * (gap - left)
+
+
+def print_header(title, rule_char="="):
+    """A rule, the title, a rule; the rules are as wide as the title is drawn."""
+    rule = rule_char * max(display_width(title), 20)
+    print(rule)
+    print(title)
+    print(rule)
+
+
+def format_table(headers, rows, aligns=None, gap=2):
+    """Lines of a table whose columns line up in a terminal.
+
+    headers: column titles; rows: sequences of cells (anything str() accepts);
+    aligns: one of '<', '>', '^' per column (default: first column left, the rest
+    right, the usual layout for a name followed by numbers).
+    Returns a list of strings so callers can print them or test them.
+    """
+    n_cols = len(headers)
+    if aligns is None:
+        aligns = ["<"] + [">"] * (n_cols - 1)
+    if len(aligns) != n_cols:
+        raise ValueError(f"{len(aligns)} alignments for {n_cols} columns")
+    cells = [[str(c) for c in row] for row in rows]
+    for row in cells:
+        if len(row) != n_cols:
+            raise ValueError(f"row has {len(row)} cells, table has {n_cols} columns: {row}")
+    widths = [max(display_width(str(h)), *(display_width(r[i]) for r in cells))
+              for i, h in enumerate(headers)]
+    spacer = " " * gap
+
+    def line(row):
+        return spacer.join(pad(c, w, a) for c, w, a in zip(row, widths, aligns)).rstrip()
+
+    total = sum(widths) + gap * (n_cols - 1)
+    return [line([str(h) for h in headers]), "-" * total] + [line(r) for r in cells]
+
+
+def print_table(headers, rows, aligns=None, gap=2):
+    """Print `format_table(...)`."""
+    for text in format_table(headers, rows, aligns, gap):
+        print(text)
+
+
+def bar_chart(labels, values, width=40, char="█", value_format="{:.3f}"):
+    """Lines of a horizontal bar chart: label, bar scaled to the largest value, value.
+
+    Bars are proportional to value / max(values); a zero or negative maximum draws no
+    bars. Labels are padded by display width so Chinese labels line up too.
+    """
+    if len(labels) != len(values):
+        raise ValueError(f"{len(labels)} labels for {len(values)} values")
+    if width < 1:
+        raise ValueError(f"width must be at least 1, got {width}")
+    top = max(values) if values else 0
+    label_width = max((display_width(str(l)) for l in labels), default=0)
+    lines = []
+    for label, value in zip(labels, values):
+        n_cells = int(round(width * value / top)) if top > 0 and value > 0 else 0
+        lines.append(f"{pad(str(label), label_width)} {char * n_cells:<{width}} "
+                     f"{value_format.format(value)}")
+    return lines

@@ -1,0 +1,376 @@
+"""A tiny GPT for the toy world: tokenizer, model, batches, learning-rate schedule,
+bits per character and one training loop.
+
+Introduced in lecture 1 (code/lecture01, notes: lectures/lecture01_base_model.md §3-§6);
+lecture 9 (distributed training) imports the same pieces, so the model a student met in
+lecture 1 is exactly the one later lectures split across workers.
+
+The model follows GPT-2 / nanoGPT (Radford et al. 2019; karpathy/nanoGPT): token and
+position embeddings, pre-LayerNorm transformer blocks (causal self-attention + MLP) and a
+linear head. It is deliberately small: lecture 9 trains it ten times in one class run.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# One thread per process: at ~100k parameters the matrices are so small that a second
+# thread costs more in synchronisation than it saves (measured up to 10x slower on a
+# loaded 2-core machine). Independent runs parallelise across processes instead.
+TORCH_THREADS = 1
+
+
+def use_deterministic_threads(n_threads=TORCH_THREADS):
+    """Fix torch's intra-op thread count; scripts call this first in main().
+
+    Results (bits per character, losses) are reproducible for a given thread count; the
+    notes quote numbers produced with one thread.
+    """
+    torch.set_num_threads(n_threads)
+
+
+# ---------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------
+
+class CharTokenizer:
+    """One token per character: the simplest tokenizer there is (lecture 1 §3).
+
+    encode("ab") -> [id of 'a', id of 'b']; ids are positions in the alphabet.
+    """
+
+    def __init__(self, alphabet):
+        if len(set(alphabet)) != len(alphabet):
+            raise ValueError("alphabet has repeated characters")
+        self.alphabet = alphabet
+        self.vocab_size = len(alphabet)
+        self._id_of = {ch: i for i, ch in enumerate(alphabet)}
+
+    def encode(self, text):
+        ids = []
+        id_of = self._id_of
+        for position, ch in enumerate(text):
+            token = id_of.get(ch)
+            if token is None:
+                raise ValueError(f"character {ch!r} at position {position} is not in the alphabet")
+            ids.append(token)
+        return ids
+
+    def decode(self, ids):
+        out = []
+        for position, token in enumerate(ids):
+            token = int(token)
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(f"token id {token} at position {position} is outside 0..{self.vocab_size - 1}")
+            out.append(self.alphabet[token])
+        return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 44     # the toy world's alphabet (fm_world.ALPHABET): one id per character
+    block_size: int = 96     # context in characters: longer than most toy-world sentences (~40-80)
+    n_layer: int = 2         # two blocks learn spelling and grammar of the toy world in a few hundred steps
+    n_head: int = 4          # 16 dimensions per head: enough for a character model, cheap on CPU
+    n_embd: int = 64         # ~110k parameters: one 300-step run of lecture 9's workload in a few seconds on one core
+    mlp_ratio: int = 4       # the usual 4x hidden width of GPT-2's MLP
+    init_std: float = 0.02   # GPT-2's initialisation scale
+
+    def validate(self):
+        """Raise ValueError on a configuration no model can be built from."""
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be positive, got {self.init_std}")
+
+
+BASE_CONFIG = GPTConfig()
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)                      # each (B, T, C)
+        hs = C // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, C)                      # (B, T, C)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    """Pre-LN block: x + attn(ln(x)), then x + mlp(ln(x)) (GPT-2's ordering)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.attn = SelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.n_embd, config.mlp_ratio * config.n_embd),
+            nn.GELU(),
+            nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd),
+        )
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size)
+
+    def forward(self, idx):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)   # (B, T, C)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))              # (B, T, vocab)
+
+    def n_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def generate(self, idx, n_new, gen, temperature=1.0):
+        """Sample n_new tokens after idx (B, T), drawing from `gen` (a torch.Generator)."""
+        was_training = self.training
+        self.eval()
+        for _ in range(n_new):
+            context = idx[:, -self.config.block_size:]
+            logits = self(context)[:, -1, :]           # (B, vocab)
+            if temperature <= 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                probs = F.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=gen)
+            idx = torch.cat([idx, nxt], dim=1)
+        self.train(was_training)
+        return idx
+
+
+def make_model(config=BASE_CONFIG, seed=0):
+    """Build a TinyGPT whose initial weights depend only on `seed`.
+
+    Every weight is drawn from one torch.Generator seeded with `seed`, in the fixed order
+    of named_parameters(), so a seed gives bit-identical weights on any machine.
+    Linear and embedding weights ~ N(0, init_std); the two projections that write into
+    the residual stream are scaled by 1/sqrt(2 * n_layer) (GPT-2), so the residual's
+    variance does not grow with depth. Biases start at 0, LayerNorm gains at 1.
+    """
+    config.validate()
+    model = TinyGPT(config)
+    gen = torch.Generator().manual_seed(seed)
+    residual_std = config.init_std / math.sqrt(2 * config.n_layer)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif ".ln" in name or name.startswith("ln_"):
+                p.fill_(1.0)
+            elif name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight"):
+                p.normal_(0.0, residual_std, generator=gen)
+            else:
+                p.normal_(0.0, config.init_std, generator=gen)
+    return model
+
+
+def lm_loss(model, x, y):
+    """Mean next-character cross-entropy in nats; x, y: (B, T) int64."""
+    logits = model(x)                                               # (B, T, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------
+
+def encode_text(text, tokenizer):
+    """A 1-D int64 tensor of token ids."""
+    return torch.tensor(tokenizer.encode(text), dtype=torch.long)
+
+
+def load_world_tokens(seed=0):
+    """(train_tokens, val_tokens): the toy world's texts as 1-D int64 tensors."""
+    from fm_world import ALPHABET, build_world  # imported here: fm_world is a sibling module
+
+    world = build_world(seed)
+    tokenizer = CharTokenizer(ALPHABET)
+    return encode_text(world.train_text(), tokenizer), encode_text(world.val_text(), tokenizer)
+
+
+def get_batch(data, batch_size, block_size, gen):
+    """Random windows of the token stream: x (B, T) and y = x shifted left by one.
+
+    Offsets are drawn from `gen` (a torch.Generator), so a seeded generator gives the
+    same batches on every run.
+    """
+    if batch_size < 1 or block_size < 1:
+        raise ValueError(f"batch_size and block_size must be positive, got {batch_size}, {block_size}")
+    if data.numel() < block_size + 1:
+        raise ValueError(f"data has {data.numel()} tokens; need at least block_size + 1 = {block_size + 1}")
+    starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=gen)
+    offsets = torch.arange(block_size)
+    x = data[starts[:, None] + offsets]         # (B, T)
+    y = data[starts[:, None] + offsets + 1]     # (B, T)
+    return x, y
+
+
+# ---------------------------------------------------------------------------
+# Learning-rate schedule and evaluation
+# ---------------------------------------------------------------------------
+
+WARMUP_FRACTION = 0.05   # warm up over the first 5% of steps: Adam's moment estimates settle first
+LR_FLOOR_FRACTION = 0.1  # cosine ends at 10% of the peak, not 0: the last steps still learn
+
+
+def warmup_steps(total_steps):
+    return max(1, round(WARMUP_FRACTION * total_steps))
+
+
+def lr_at(step, total_steps, peak_lr):
+    """Learning rate at `step` (0-based) of `total_steps`.
+
+    Linear warm-up over warmup_steps(total_steps) = max(1, round(5% of total_steps)) steps,
+    from peak_lr / warmup up to peak_lr; then cosine decay to LR_FLOOR_FRACTION * peak_lr,
+    reached exactly at the last step.
+    """
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be positive, got {total_steps}")
+    if not 0 <= step < total_steps:
+        raise ValueError(f"step must be in [0, {total_steps}), got {step}")
+    warmup = warmup_steps(total_steps)
+    if step < warmup:
+        return peak_lr * (step + 1) / warmup
+    decay_steps = total_steps - 1 - warmup
+    progress = 1.0 if decay_steps <= 0 else (step - warmup) / decay_steps
+    floor = LR_FLOOR_FRACTION * peak_lr
+    return floor + (peak_lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+EVAL_WINDOWS = 256   # windows of block_size + 1 characters, taken back to back from the start
+
+
+def bits_per_char(model, val_data, n_windows=EVAL_WINDOWS, batch_size=64):
+    """Average bits per predicted character on a fixed prefix of the validation data.
+
+    Reads n_windows non-overlapping windows of block_size + 1 characters from the start
+    of val_data (256 x 97 = 24,832 characters at BASE_CONFIG) and predicts the last
+    block_size of each: 256 x 96 = 24,576 predictions. The same windows every call, so
+    two models are compared on identical text. Eval mode, no gradients; the model's
+    train/eval mode is restored afterwards. A uniform guess over 44 characters scores
+    log2(44) = 5.46 bits.
+    """
+    T = model.config.block_size
+    n_windows = min(n_windows, val_data.numel() // (T + 1))
+    if n_windows < 1:
+        raise ValueError(f"validation data of {val_data.numel()} tokens is shorter than one window of {T + 1}")
+    windows = val_data[: n_windows * (T + 1)].view(n_windows, T + 1)   # (N, T + 1)
+    was_training = model.training
+    model.eval()
+    total_nats = 0.0
+    with torch.no_grad():
+        for start in range(0, n_windows, batch_size):
+            chunk = windows[start:start + batch_size]
+            logits = model(chunk[:, :-1])                               # (b, T, vocab)
+            nats = F.cross_entropy(logits.reshape(-1, logits.size(-1)).double(),
+                                   chunk[:, 1:].reshape(-1), reduction="sum")
+            total_nats += nats.item()
+    model.train(was_training)
+    return total_nats / (n_windows * T) / math.log(2)
+
+
+# ---------------------------------------------------------------------------
+# Training loop (lecture 1 trains with it; lecture 9 plugs in its own gradient function)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 300            # lecture 9's workload; lecture 1's base model uses more
+    batch_size: int = 32        # sequences per step
+    peak_lr: float = 3e-3       # high for a transformer, fine for one this small with warm-up
+    weight_decay: float = 0.1   # AdamW decoupled decay on weight matrices and embeddings (nanoGPT)
+    beta1: float = 0.9
+    beta2: float = 0.95         # shorter memory for the second moment: steadier with few steps
+    clip_norm: float = 1.0      # global gradient-norm clipping; None or 0 turns it off
+    data_seed: int = 1          # seeds the generator that draws batch offsets
+
+
+def make_adamw(model, config):
+    """AdamW with weight decay on 2-D weights only (biases and LayerNorm gains are not decayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.peak_lr, betas=(config.beta1, config.beta2))
+
+
+def default_backward(model, x, y):
+    """Plain single-process gradient: loss.backward() into p.grad; returns the loss."""
+    loss = lm_loss(model, x, y)
+    loss.backward()
+    return loss.item()
+
+
+def train(model, train_data, config=TrainConfig(), optimizer=None, backward=default_backward,
+          on_step=None):
+    """Train `model` for config.steps steps; return the list of per-step training losses.
+
+    Each step: learning rate from lr_at; a batch from get_batch with a generator seeded by
+    config.data_seed (the same data order for every run with that seed); `backward(model,
+    x, y)` fills p.grad and returns the loss (lecture 9 passes one that splits the batch
+    across workers and compresses their gradients); global clipping; optimizer step.
+    on_step(step, loss), if given, is called after every step (progress lines, charts).
+    """
+    if config.steps < 1:
+        raise ValueError(f"steps must be positive, got {config.steps}")
+    if optimizer is None:
+        optimizer = make_adamw(model, config)
+    gen = torch.Generator().manual_seed(config.data_seed)
+    block_size = model.config.block_size
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    losses = []
+    for step in range(config.steps):
+        lr = lr_at(step, config.steps, config.peak_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_data, config.batch_size, block_size, gen)
+        optimizer.zero_grad(set_to_none=True)
+        loss = backward(model, x, y)
+        if config.clip_norm:
+            torch.nn.utils.clip_grad_norm_(params, config.clip_norm)
+        optimizer.step()
+        losses.append(loss)
+        if on_step is not None:
+            on_step(step, loss)
+    return losses

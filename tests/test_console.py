@@ -1,0 +1,52 @@
+"""console: display widths with Chinese text, padding, tables."""
+
+import pytest
+
+import console
+
+
+def test_display_width_counts_wide_characters_as_two():
+    assert console.display_width("abc") == 3
+    assert console.display_width("数据并行") == 8
+    assert console.display_width("数据 parallel") == 4 + 1 + 8
+    assert console.display_width("（：）") == 6   # fullwidth punctuation is two columns too
+
+
+@pytest.mark.parametrize("align, expected", [("<", "中文a   "), (">", "   中文a"), ("^", " 中文a  ")])
+def test_pad_to_display_width(align, expected):
+    out = console.pad("中文a", 8, align)
+    assert out == expected
+    assert console.display_width(out) == 8
+
+
+def test_pad_leaves_long_text_unchanged():
+    assert console.pad("很长的中文标题", 4) == "很长的中文标题"
+
+
+def test_pad_rejects_unknown_alignment():
+    with pytest.raises(ValueError):
+        console.pad("x", 4, "=")
+
+
+def test_table_columns_line_up_with_mixed_scripts(capsys):
+    lines = console.format_table(["方法 method", "秒 s"], [["随机", "1.5"], ["local search", "12.25"]])
+    widths = {console.display_width(line) for line in lines[2:]}
+    assert len(widths) == 1                       # every row ends at the same column
+    assert lines[2].endswith("1.5") and lines[3].endswith("12.25")   # numbers right-aligned
+    assert console.display_width(lines[0]) == widths.pop()            # header as wide as rows
+
+
+def test_table_rejects_ragged_rows():
+    with pytest.raises(ValueError):
+        console.format_table(["a", "b"], [["1"]])
+
+
+def test_print_header_rules_match_title_width(capsys):
+    console.print_header("第 1 讲 lecture 1: 一个很长很长的标题 title")
+    rule, title, rule2 = capsys.readouterr().out.splitlines()
+    assert rule == rule2 and len(rule) == console.display_width(title)
+
+
+def test_bar_chart_scales_to_largest_value():
+    lines = console.bar_chart(["a", "字"], [2.0, 1.0], width=10)
+    assert lines[0].count("█") == 10 and lines[1].count("█") == 5
