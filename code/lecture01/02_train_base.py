@@ -1,0 +1,323 @@
+"""
+第 1 讲 · 代码 2：训练一个 base model（基础模型）
+Lecture 1, code 2: train the base model on the toy world.
+
+这个文件回答的问题 (the question)
+    一个只会"预测下一个字符"（next-character prediction）的小模型，读了玩具世界的文本之后，
+    学会了什么？拼写和语法学得快，事实（谁住在哪里）学得慢——能不能看出来？
+
+对应讲义 (notes): lectures/lecture01_base_model.md 第 4-6 节（模型、bits per character、训练循环）
+
+运行 (run):  python3 code/lecture01/02_train_base.py            # 第一次约 2-3 分钟；之后读缓存，约 3 秒
+             python3 code/lecture01/02_train_base.py --retrain  # 忽略缓存，重新训练
+             python3 code/lecture01/02_train_base.py --steps 500 --eval-every 100   # 作业：少训练一些会怎样？
+需要 (needs): torch, numpy；同目录的 fm_world.py、tiny_gpt.py、console.py。
+
+训练好的权重存在 code/lecture01/cache/（git 不跟踪）；缓存的名字包含所有影响结果的参数，
+改了参数就会重新训练。第 9 讲的代码 5 从随机初始化开始训练，从不读写这个缓存。
+每次运行打印的内容都一样，只有"用时 elapsed"一列会随机器的快慢变化。
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import tiny_gpt  # noqa: E402
+from console import bar_chart, pad, print_header, print_table  # noqa: E402
+from fm_world import ALPHABET, PROBE_RELATIONS, build_world  # noqa: E402
+
+CACHE_DIR = HERE / "cache"
+
+
+@dataclass(frozen=True)
+class BaseRunConfig:
+    steps: int = 3000         # a few thousand steps: spelling by ~300, many facts by ~3000
+    batch_size: int = 32      # the same batch as lecture 9's workload
+    peak_lr: float = 3e-3
+    eval_every: int = 250     # validation bits per char every 250 steps (~0.1 s each)
+    model_seed: int = 0
+    data_seed: int = 1
+    world_seed: int = 0
+    n_probes: int = 200       # facts asked after training
+    n_samples: int = 3        # texts sampled from the trained model
+    sample_chars: int = 240
+
+
+# ---------------------------------------------------------------------------
+# Argument checking: a one-line error and exit status 2 for nonsense
+# ---------------------------------------------------------------------------
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"需要正整数 (a positive integer), got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"需要正整数 (a positive integer), got {value}")
+    return value
+
+
+def non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"需要非负整数 (a non-negative integer), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"需要非负整数 (a non-negative integer), got {value}")
+    return value
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"需要正数 (a positive number), got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"需要正数 (a positive number), got {text}")
+    return value
+
+
+def parse_args(argv=None):
+    d = BaseRunConfig()
+    p = argparse.ArgumentParser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
+    p.add_argument("--steps", type=positive_int, default=d.steps, help=f"训练步数 training steps (default {d.steps})")
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help=f"每步的序列数 (default {d.batch_size})")
+    p.add_argument("--lr", type=positive_float, default=d.peak_lr, help=f"峰值学习率 peak learning rate (default {d.peak_lr})")
+    p.add_argument("--eval-every", type=positive_int, default=d.eval_every, help=f"每隔多少步测一次验证集 (default {d.eval_every})")
+    p.add_argument("--seed", type=non_negative_int, default=d.model_seed, help="模型初始化的种子 model init seed (default 0)")
+    p.add_argument("--data-seed", type=non_negative_int, default=d.data_seed, help="数据顺序的种子 data order seed (default 1)")
+    p.add_argument("--world-seed", type=non_negative_int, default=d.world_seed, help="玩具世界的种子 world seed (default 0)")
+    p.add_argument("--probes", type=positive_int, default=d.n_probes, help=f"训练后提问的事实数 facts probed (default {d.n_probes})")
+    p.add_argument("--samples", type=non_negative_int, default=d.n_samples, help=f"生成的样本数 samples (default {d.n_samples})")
+    p.add_argument("--retrain", action="store_true", help="忽略缓存，重新训练 ignore the cache and train again")
+    p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
+    args = p.parse_args(argv)
+    return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr,
+                         eval_every=args.eval_every, model_seed=args.seed, data_seed=args.data_seed,
+                         world_seed=args.world_seed, n_probes=args.probes,
+                         n_samples=args.samples), args
+
+
+# ---------------------------------------------------------------------------
+# Training (with progress lines) and the cache
+# ---------------------------------------------------------------------------
+
+def cache_path(run, model_config):
+    """A file name that changes whenever anything that changes the weights changes."""
+    key = json.dumps({"run": {k: v for k, v in asdict(run).items()
+                              if k in ("steps", "batch_size", "peak_lr", "model_seed", "data_seed", "world_seed")},
+                      "model": asdict(model_config), "torch": torch.__version__}, sort_keys=True)
+    return CACHE_DIR / f"base_model_{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
+
+
+def progress_line(step, train_bits, val_bpc, elapsed_s):
+    return (f"{pad(str(step), 7, '>')}{pad(f'{train_bits:.3f}', 14, '>')}"
+            f"{pad(f'{val_bpc:.4f}', 16, '>')}{pad(f'{elapsed_s:.1f} s', 12, '>')}")
+
+
+PROGRESS_HEADER = (f"{pad('步 step', 7, '>')}{pad('训练 bits/字符', 14, '>')}"
+                   f"{pad('验证 bits/字符', 16, '>')}{pad('用时 elapsed', 12, '>')}")
+
+
+def train_base(run, train_data, val_data, log=print):
+    """Train BASE_CONFIG from scratch; return (model, history).
+
+    history: {"train_bits": per-step training loss in bits, "evals": [(step, val_bpc,
+    elapsed_s)], "seconds": total}. Validation is measured before step 1 and every
+    run.eval_every steps, and after the last step.
+    """
+    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=run.model_seed)
+    config = tiny_gpt.TrainConfig(steps=run.steps, batch_size=run.batch_size, peak_lr=run.peak_lr,
+                                  data_seed=run.data_seed)
+    evals = []
+    window_bits = []
+    start = time.perf_counter()
+
+    def evaluate(step):
+        bpc = tiny_gpt.bits_per_char(model, val_data)
+        elapsed = time.perf_counter() - start
+        evals.append((step, bpc, elapsed))
+        recent = sum(window_bits) / len(window_bits) if window_bits else float("nan")
+        log(progress_line(step, recent, bpc, elapsed))
+        window_bits.clear()
+
+    log(PROGRESS_HEADER)
+    evaluate(0)
+
+    def on_step(step, loss):
+        window_bits.append(loss / math.log(2))
+        done = step + 1
+        if done % run.eval_every == 0 or done == run.steps:
+            evaluate(done)
+
+    losses = tiny_gpt.train(model, train_data, config, on_step=on_step)
+    history = {"train_bits": [l / math.log(2) for l in losses], "evals": evals,
+               "seconds": time.perf_counter() - start}
+    return model, history
+
+
+def load_or_train(run, train_data, val_data, use_cache=True, retrain=False):
+    path = cache_path(run, tiny_gpt.BASE_CONFIG)
+    if use_cache and not retrain and path.exists():
+        saved = torch.load(path, weights_only=True)
+        model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=run.model_seed)
+        model.load_state_dict(saved["state_dict"])
+        history = json.loads(saved["history_json"])
+        print(f"从缓存加载 loaded from cache: {path.relative_to(HERE)}（加 --retrain 重新训练）")
+        print("训练时的记录 (recorded while training):")
+        print(PROGRESS_HEADER)
+        for step, bpc, elapsed in history["evals"]:
+            print(progress_line(step, recent_train_bits(history, step, run.eval_every), bpc, elapsed))
+        return model, history, True
+    model, history = train_base(run, train_data, val_data)
+    if use_cache:
+        CACHE_DIR.mkdir(exist_ok=True)
+        torch.save({"state_dict": model.state_dict(), "history_json": json.dumps(history)}, path)
+        print(f"权重已存入缓存 weights cached: {path.relative_to(HERE)}")
+    return model, history, False
+
+
+def recent_train_bits(history, step, eval_every):
+    """Mean training bits over the steps since the previous evaluation (what the live line showed)."""
+    bits = history["train_bits"]
+    if step == 0:
+        return float("nan")
+    previous = ((step - 1) // eval_every) * eval_every
+    chunk = bits[previous:step]
+    return sum(chunk) / len(chunk)
+
+
+# ---------------------------------------------------------------------------
+# What did the model learn? Samples and fact probes
+# ---------------------------------------------------------------------------
+
+def complete(model, tokenizer, prompt, n_chars, stop="."):
+    """Greedy continuation of `prompt` (argmax each step), stopping after `stop`."""
+    idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long)
+    out = []
+    model.eval()
+    with torch.no_grad():
+        for _ in range(n_chars):
+            logits = model(idx[:, -model.config.block_size:])[0, -1]   # (vocab,)
+            nxt = int(logits.argmax())
+            ch = tokenizer.decode([nxt])
+            out.append(ch)
+            idx = torch.cat([idx, torch.tensor([[nxt]])], dim=1)
+            if ch == stop or ch == "\n":
+                break
+    return "".join(out)
+
+
+def probe_facts(model, world, tokenizer, n_probes, seed=0):
+    """Ask n_probes facts; return rows (relation, prompt, answer, model_answer, correct)."""
+    pool = [f for f in world.facts if f.relation in PROBE_RELATIONS]
+    n_probes = min(n_probes, len(pool))
+    rows = []
+    for fact in random.Random(seed).sample(pool, n_probes):   # the draw world.fact_prompts makes
+        relation = fact.relation
+        prompt, answer = world.probe(fact)
+        said = complete(model, tokenizer, prompt, n_chars=len(answer) + 12)
+        said = said.rstrip(".\n").strip()
+        rows.append((relation, prompt, answer, said, said == answer))
+    return rows
+
+
+def majority_baseline(world, rows):
+    """Accuracy of always answering the most common answer of each relation (a guesser that
+    knows the world's statistics but no individual)."""
+    by_relation = {}
+    for fact in world.facts:
+        if fact.relation in PROBE_RELATIONS:
+            by_relation.setdefault(fact.relation, []).append(fact.object)
+    guess = {r: max(set(objs), key=lambda o: (objs.count(o), o)) for r, objs in by_relation.items()}
+    return sum(guess.get(relation) == answer for relation, _, answer, _, _ in rows) / len(rows)
+
+
+def loss_chart_lines(history, n_bars=12):
+    """Training bits per character averaged over n_bars equal spans of the run."""
+    bits = history["train_bits"]
+    n_bars = min(n_bars, len(bits))
+    edges = [round(i * len(bits) / n_bars) for i in range(n_bars + 1)]
+    labels = [f"步 {edges[i] + 1}-{edges[i + 1]}" for i in range(n_bars)]
+    values = [sum(bits[a:b]) / (b - a) for a, b in zip(edges, edges[1:])]
+    return bar_chart(labels, values, width=40, value_format="{:.3f} bits")
+
+
+def main(argv=None):
+    tiny_gpt.use_deterministic_threads()
+    run, args = parse_args(argv)
+    world = build_world(run.world_seed)
+    tokenizer = tiny_gpt.CharTokenizer(ALPHABET)
+    train_data = tiny_gpt.encode_text(world.train_text(), tokenizer)
+    val_data = tiny_gpt.encode_text(world.val_text(), tokenizer)
+
+    print_header("第 1 讲 · 代码 2：训练 base model（预测下一个字符 next-character prediction）")
+    cfg = tiny_gpt.BASE_CONFIG
+    n_params = tiny_gpt.make_model(cfg, run.model_seed).n_params()
+    print(f"模型 model: {cfg.n_layer} 层 layers, d={cfg.n_embd}, {cfg.n_head} 头 heads, "
+          f"上下文 context {cfg.block_size} 字符, 参数 {n_params:,} parameters")
+    print(f"训练 training: {run.steps} 步 × batch {run.batch_size} × {cfg.block_size} 字符 = "
+          f"{run.steps * run.batch_size * cfg.block_size:,} 个预测（训练文本 {len(train_data):,} 字符）")
+    print(f"学习率 learning rate: 峰值 {run.peak_lr:g}，前 {tiny_gpt.warmup_steps(run.steps)} 步线性预热 warm-up，"
+          f"再按余弦 cosine 降到 {tiny_gpt.LR_FLOOR_FRACTION * run.peak_lr:g}")
+    uniform_bits = math.log2(len(ALPHABET))
+    print(f"起点参照：在 {len(ALPHABET)} 个字符里均匀瞎猜 = log2({len(ALPHABET)}) = {uniform_bits:.3f} bits/字符\n")
+
+    model, history, from_cache = load_or_train(run, train_data, val_data,
+                                               use_cache=not args.no_cache, retrain=args.retrain)
+
+    print("\n训练损失曲线 training loss (bits per character, 每段的平均 mean per span):")
+    for line in loss_chart_lines(history):
+        print("  " + line)
+
+    gen = torch.Generator().manual_seed(0)
+    if run.n_samples:
+        print("\n模型写的文本 samples (温度 temperature 0.8，以 '\\n' 开头，随机种子 0):")
+        for _ in range(run.n_samples):
+            start = torch.tensor([tokenizer.encode("\n")], dtype=torch.long)
+            text = tokenizer.decode(model.generate(start, run.sample_chars, gen, temperature=0.8)[0, 1:].tolist())
+            print("  | " + text.replace("\n", " / "))
+
+    rows = probe_facts(model, world, tokenizer, run.n_probes)
+    accuracy = sum(r[4] for r in rows) / len(rows)
+    baseline = majority_baseline(world, rows)
+    print(f"\n问事实 fact probes：{len(rows)} 个提示，贪心续写 greedy continuation，与世界里的真实答案比较")
+    print_table(["关系 relation", "提示 prompt", "答案 answer", "模型 model", "对? ok"],
+                [(r, repr(p), a, s or "(空)", "✓" if ok else "✗") for r, p, a, s, ok in rows[:10]],
+                aligns=["<", "<", "<", "<", "^"])
+    per_relation = {}
+    for relation, _, _, _, ok in rows:
+        per_relation.setdefault(relation, []).append(ok)
+    print()
+    print_table(["关系 relation", "提问数 asked", "答对 correct", "准确率 accuracy"],
+                [(r, len(v), sum(v), f"{sum(v) / len(v):.0%}") for r, v in sorted(per_relation.items())])
+
+    final_bpc = history["evals"][-1][1]
+    first_bpc = history["evals"][0][1]
+    spelled_at = next((step for step, bpc, _ in history["evals"] if bpc < 2.0), None)
+    print("\n观察 Observations:")
+    print(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（随机初始化，接近均匀瞎猜的 {uniform_bits:.3f}）降到 {final_bpc:.3f}。"
+          + (f"第一次低于 2.0 是在第 {spelled_at} 步：拼写和常见词先学会。" if spelled_at is not None
+             else "这次训练没有降到 2.0 以下：步数太少。"))
+    print(f" 2. 事实准确率 {accuracy:.0%}；只会按统计猜'每种关系最常见的答案'的基线是 {baseline:.0%}。"
+          + ("模型记住了不少具体的事实，而不只是统计规律。" if accuracy > baseline
+             else "模型还没有超过统计基线：事实比拼写难学，需要更多步数。"))
+    print(f" 3. 训练用时 {history['seconds']:.0f} 秒" + ("（来自缓存里的记录）" if from_cache else "") +
+          "；base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
+    return {"final_bpc": final_bpc, "fact_accuracy": accuracy, "baseline_accuracy": baseline,
+            "history": history, "from_cache": from_cache}
+
+
+if __name__ == "__main__":
+    main()
