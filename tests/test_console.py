@@ -50,3 +50,13 @@ def test_print_header_rules_match_title_width(capsys):
 def test_bar_chart_scales_to_largest_value():
     lines = console.bar_chart(["a", "字"], [2.0, 1.0], width=10)
     assert lines[0].count("█") == 10 and lines[1].count("█") == 5
+
+
+def test_histogram_counts_every_value_and_places_markers():
+    values = [1.0, 1.1, 2.0, 2.1, 2.2, 4.0]
+    lines = console.histogram_lines(values, n_bins=4, markers=[("best", 0.0), ("worst", 4.0)])
+    counts = [int(line.split()[-1]) if line.split()[-1].isdigit() else 0
+              for line in (l.split("  ←")[0] for l in lines)]
+    assert sum(counts) == len(values)
+    assert lines[0].endswith("← best")            # 0.0 extends the range downward
+    assert lines[-1].endswith("← worst")

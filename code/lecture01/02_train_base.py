@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 
 import tiny_gpt  # noqa: E402
+from cli_args import non_negative_int, positive_float, positive_int  # noqa: E402
 from console import bar_chart, pad, print_header, print_table  # noqa: E402
 from fm_world import ALPHABET, PROBE_RELATIONS, build_world  # noqa: E402
 
@@ -52,40 +53,6 @@ class BaseRunConfig:
     n_probes: int = 200       # facts asked after training
     n_samples: int = 3        # texts sampled from the trained model
     sample_chars: int = 240
-
-
-# ---------------------------------------------------------------------------
-# Argument checking: a one-line error and exit status 2 for nonsense
-# ---------------------------------------------------------------------------
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"需要正整数 (a positive integer), got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"需要正整数 (a positive integer), got {value}")
-    return value
-
-
-def non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"需要非负整数 (a non-negative integer), got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"需要非负整数 (a non-negative integer), got {value}")
-    return value
-
-
-def positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"需要正数 (a positive number), got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"需要正数 (a positive number), got {text}")
-    return value
 
 
 def parse_args(argv=None):

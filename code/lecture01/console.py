@@ -99,3 +99,40 @@ def bar_chart(labels, values, width=40, char="█", value_format="{:.3f}"):
         lines.append(f"{pad(str(label), label_width)} {char * n_cells:<{width}} "
                      f"{value_format.format(value)}")
     return lines
+
+
+def histogram_lines(values, n_bins=16, markers=(), width=30, value_format="{:.1f}", unit=""):
+    """Lines of a vertical-list histogram of `values`, with labelled markers.
+
+    Bins are equal-width over [min, max] of the values and the marker positions together,
+    so a marker outside the values' range still gets a row. markers: (label, value) pairs;
+    each is written after the row of the bin it falls in ("← label"). A bin's bar is
+    scaled to the fullest bin; its count is printed after the bar.
+    """
+    if not values:
+        raise ValueError("histogram of no values")
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be at least 1, got {n_bins}")
+    everything = list(values) + [v for _, v in markers]
+    lo, hi = min(everything), max(everything)
+    span = (hi - lo) or 1.0
+
+    def bin_of(v):
+        return min(n_bins - 1, int((v - lo) / span * n_bins))
+
+    counts = [0] * n_bins
+    for v in values:
+        counts[bin_of(v)] += 1
+    labels_at = [[] for _ in range(n_bins)]
+    for label, v in markers:
+        labels_at[bin_of(v)].append(label)
+    edges = [lo + span * i / n_bins for i in range(n_bins + 1)]
+    ranges = [f"{value_format.format(a)}–{value_format.format(b)}{unit}" for a, b in zip(edges, edges[1:])]
+    range_width = max(display_width(r) for r in ranges)
+    top = max(counts)
+    lines = []
+    for r, count, labels in zip(ranges, counts, labels_at):
+        bar = "█" * int(round(width * count / top)) if top else ""
+        note = ("  ← " + "，".join(labels)) if labels else ""
+        lines.append(f"{pad(r, range_width, '>')} │{pad(bar, width)} {pad(str(count) if count else '', 3, '>')}{note}")
+    return lines

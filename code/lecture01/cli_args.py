@@ -1,0 +1,64 @@
+"""Checked argparse types: nonsense on the command line gives a one-line error and exit 2.
+
+Introduced in lecture 1; every script's flags use these, so `--steps -3` or `--lr nan`
+is refused the same way everywhere (argparse prints "error: argument --steps: ..." and
+exits with status 2, never a traceback).
+
+    parser.add_argument("--steps", type=int_at_least(1))
+    parser.add_argument("--lr", type=positive_float)
+"""
+
+import argparse
+import math
+
+
+def int_in(low=None, high=None):
+    """An argparse type: an integer with low <= value <= high (either bound may be None)."""
+    bounds = (f">= {low}" if high is None else f"in [{low}, {high}]") if low is not None else \
+        (f"<= {high}" if high is not None else "")
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"需要整数 (expected an integer {bounds}), got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"需要整数 (expected an integer {bounds}), got {value}")
+        return value
+
+    return parse
+
+
+def int_at_least(minimum):
+    return int_in(minimum, None)
+
+
+def float_in(low, high, low_open=False, high_open=False):
+    """An argparse type: a finite float between low and high (open or closed ends;
+    None for no bound)."""
+    left = "(" if low_open else "["
+    right = ")" if high_open else "]"
+    described = f"in {left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"需要数 (expected a number {described}), got {text!r}") from None
+        ok = math.isfinite(value)
+        if ok and low is not None:
+            ok = value > low if low_open else value >= low
+        if ok and high is not None:
+            ok = value < high if high_open else value <= high
+        if not ok:
+            raise argparse.ArgumentTypeError(f"需要数 (expected a number {described}), got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+positive_float = float_in(0, None, low_open=True)
+non_negative_float = float_in(0, None)
+ratio = float_in(0, 1, low_open=True)          # a fraction in (0, 1]
