@@ -41,3 +41,32 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+DECIMAL = r"(?<![\d.])\d+\.\d+(?![\d.])"
+
+
+def decimals_in(text):
+    """Every decimal number written in `text` (like 22.17 or 1.5637), as strings."""
+    import re
+    return re.findall(DECIMAL, text)
+
+
+def notes_section(path, heading_prefix):
+    """The text of a Markdown section: from the heading that starts with heading_prefix
+    (e.g. "## 7") to the next heading of the same level."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    level = heading_prefix.split()[0]
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading_prefix))
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].startswith(level + " ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def run_script(path, *args, timeout_s=1800):
+    """Run a script as a student would (python3 path args) from another folder; return stdout."""
+    import subprocess
+    done = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                          cwd=str(ROOT.parent), timeout=timeout_s)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

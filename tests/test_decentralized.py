@@ -78,3 +78,12 @@ def test_nonsense_flags_exit_with_status_2(argv, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "error" in err and "Traceback" not in err
+
+
+def test_results_do_not_depend_on_how_many_processes_train():
+    """Demo 2 in one process and in two worker processes prints the same tables."""
+    from conftest import run_script
+    one = run_script(LECTURE09 / "05_decentralized.py", "--quick", "--demo", "2", "--jobs", "1")
+    two = run_script(LECTURE09 / "05_decentralized.py", "--quick", "--demo", "2", "--jobs", "2")
+    assert one == two
+    assert "演示 2" in one

@@ -88,13 +88,18 @@ def cache_path(run, model_config):
     return CACHE_DIR / f"base_model_{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 
 
+PROGRESS_WIDTHS = (8, 16, 16, 14)
+
+
 def progress_line(step, train_bits, val_bpc, elapsed_s):
-    return (f"{pad(str(step), 7, '>')}{pad(f'{train_bits:.3f}', 14, '>')}"
-            f"{pad(f'{val_bpc:.4f}', 16, '>')}{pad(f'{elapsed_s:.1f} s', 12, '>')}")
+    """One progress row: step, mean training bits since the last row, validation bpc, elapsed."""
+    train_text = f"{train_bits:.3f}" if math.isfinite(train_bits) else "—"
+    cells = (str(step), train_text, f"{val_bpc:.4f}", f"{elapsed_s:.1f} s")
+    return "".join(pad(c, w, ">") for c, w in zip(cells, PROGRESS_WIDTHS))
 
 
-PROGRESS_HEADER = (f"{pad('步 step', 7, '>')}{pad('训练 bits/字符', 14, '>')}"
-                   f"{pad('验证 bits/字符', 16, '>')}{pad('用时 elapsed', 12, '>')}")
+PROGRESS_HEADER = "".join(pad(c, w, ">") for c, w in zip(
+    ("步 step", "训练 bits/字符", "验证 bits/字符", "用时 elapsed"), PROGRESS_WIDTHS))
 
 
 def train_base(run, train_data, val_data, log=print):

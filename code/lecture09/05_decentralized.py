@@ -341,13 +341,13 @@ def demo1_observations(setup, r, out=print):
     cross_groups = statistics.mean(1 - s["dp_groups_within_region"] / s["dp_groups"] for s in r["random_stats"])
     opt = r["optimum"]
     out("\n观察 Observations（演示 1）：")
-    out(f" 1. 随机分配平均 {mean_random:.1f} 秒：平均 {cross_links:.0%} 的流水线边、{cross_groups:.0%} 的数据并行组跨了地区，"
+    out(f" 1. 随机分配平均 {mean_random:.2f} 秒：平均 {cross_links:.0%} 的流水线边、{cross_groups:.0%} 的数据并行组跨了地区，"
         f"每一步都被最慢的跨地区链路拖住（代价取的是最慢的那一组 / 那一条边）。")
     if hand_pp is not None and hand_dp is not None:
         winner, loser = ("流水线", "数据并行") if hand_pp < hand_dp else ("数据并行组", "流水线")
         act_total_gb = setup.act_bytes * 2 * (setup.n_stages - 1) / 1e9
         grad_gb = setup.stage_param_bytes / 1e9
-        out(f" 2. 两种手工分配差很多：{hand_pp:.1f} 秒（流水线在地区内）对 {hand_dp:.1f} 秒（数据并行组在地区内）。"
+        out(f" 2. 两种手工分配差很多：{hand_pp:.2f} 秒（流水线在地区内）对 {hand_dp:.2f} 秒（数据并行组在地区内）。"
             f"把{winner}留在地区内、让{loser}跨地区更好。")
         out(f"    流水线每个副本每次迭代要穿过 {setup.n_stages - 1} 个切口、每个切口前向反向各传 {setup.act_bytes / 1e9:.2f} GB"
             f"（一条流水线共 {act_total_gb:.1f} GB，串行相加）；数据并行每个阶段交换 {grad_gb:.2f} GB 梯度，"
@@ -359,11 +359,11 @@ def demo1_observations(setup, r, out=print):
         if hand_pp is not None or hand_dp is not None else 0
     lower, same, higher = plateau_census(r["cost"], r["strict_best"][0], 2000, seed=7)
     out(f" 3. 局部搜索不知道'地区'，只会交换两张卡。严格下降的 {setup.restarts} 次重启停在 "
-        f"{min(r['strict_runs']):.1f}–{max(r['strict_runs']):.1f} 秒；"
+        f"{min(r['strict_runs']):.2f}–{max(r['strict_runs']):.2f} 秒；"
         f"在它最好的那个分配上随机试 2000 个交换：{lower} 个更好，{same} 个代价完全不变，{higher} 个更差。")
     out("    代价是'最慢的组 + 最慢的边'，大多数交换碰不到最慢的那一个，于是代价纹丝不动——搜索停在平台（plateau）上。"
         f"允许平移（代价不变也接受）后，{setup.restarts} 次重启里有 {side_beats} 次不差于最好的手工分配"
-        f"（严格下降：{strict_beats} 次）；最好的一次 {r['side_best'][1]:.1f} 秒。")
+        f"（严格下降：{strict_beats} 次）；最好的一次 {r['side_best'][1]:.2f} 秒。")
     ga = r["genetic"]
     hand_best = min((x for x in (hand_pp, hand_dp) if x is not None), default=None)
     ga_beats = sum(g.cost <= hand_best for g in ga) if hand_best is not None else 0
@@ -372,9 +372,11 @@ def demo1_observations(setup, r, out=print):
         f"{len(ga)} 个种子里有 {ga_beats} 个不差于最好的手工分配，最差的一个 {max(g.cost for g in ga):.2f} 秒。")
     if opt.exact:
         best_h = min(c for _, c in r["rows"] if c is not None)
-        out(f" 5. 最优分配 {opt.cost:.2f} 秒是证明过的下限：同一地区里的卡可以互换，分配只取决于"
-            f"'每个阶段在每个地区放几个'和相邻阶段怎么配对（讲义 7.4 节）。启发式里最好的 {best_h:.2f} 秒，"
-            f"离最优 {(best_h / opt.cost - 1) * 100:.1f}%。")
+        reached = [name for name, c in r["rows"] if c is not None and c <= opt.cost * (1 + 1e-12)]
+        out(f" 5. 最优分配 {opt.cost:.2f} 秒是证明过的：没有任何分配能更快。同一地区里的卡可以互换，分配只取决于"
+            f"'每个阶段在每个地区放几个'和相邻阶段怎么配对，这个空间小到可以穷举（讲义 7.4 节）。"
+            + (f"这次达到最优的：{'、'.join(reached)}。" if reached else
+               f"启发式里最好的 {best_h:.2f} 秒，离最优还差 {(best_h / opt.cost - 1) * 100:.1f}%。"))
     else:
         out(f" 5. 这个网络不是地区内均匀的，{opt.cost:.2f} 秒只是下界：{opt.note}。")
     slow = r["slow"]
@@ -536,11 +538,14 @@ def demo2_observations(setup, tables, out=print):
     noise = abs(control["bpc"] - base["bpc"])
     tolerance = max(noise, 0.01)
 
+    def signed(d):
+        return f"{d:+.4f}" if round(d, 4) != 0 else "0.0000"   # never print "-0.0000"
+
     def compare(x, ref):
         d = x - ref
         if abs(d) <= tolerance:
-            return f"和不压缩差不多（{x:.3f} 对 {ref:.3f}，差 {d:+.3f}，在数据顺序带来的 ±{tolerance:.3f} 之内）"
-        return f"{'更差' if d > 0 else '更好'}（{x:.3f} 对 {ref:.3f}，差 {d:+.3f}）"
+            return f"和不压缩差不多（{x:.4f} 对 {ref:.4f}，差 {signed(d)}，在数据顺序带来的 ±{tolerance:.4f} 之内）"
+        return f"{'更差' if d > 0 else '更好'}（{x:.4f} 对 {ref:.4f}，差 {signed(d)}）"
 
     fp16, int8 = a[TABLE_A[1].label], a[TABLE_A[2].label]
     topk_a, topk_a_ef = a[TABLE_A[3].label], a[TABLE_A[4].label]
@@ -554,15 +559,15 @@ def demo2_observations(setup, tables, out=print):
         f"结果{compare(int8['bpc'], base['bpc'])}；缩放因子由最大的那个梯度决定，平均 {int8['zeroed_fraction']:.0%} "
         "的分量被舍入成 0。实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
     out(f" 2. top-{setup.topk_ratio:.0%}：每步每个工作者只发 {setup.topk_ratio:.0%} 的分量，{setup.steps} 步里每个分量平均只被发出 "
-        f"{sends:g} 次。AdamW 下没有误差反馈 {topk_a['bpc']:.3f}、有误差反馈 {topk_a_ef['bpc']:.3f}（不压缩 {base['bpc']:.3f}）；"
-        f"带动量的 SGD 下没有误差反馈 {topk_b['bpc']:.3f}、有误差反馈 {topk_b_ef['bpc']:.3f}（不压缩 {sgd['bpc']:.3f}）。")
+        f"{sends:g} 次。AdamW 下没有误差反馈 {topk_a['bpc']:.4f}、有误差反馈 {topk_a_ef['bpc']:.4f}（不压缩 {base['bpc']:.4f}）；"
+        f"带动量的 SGD 下没有误差反馈 {topk_b['bpc']:.4f}、有误差反馈 {topk_b_ef['bpc']:.4f}（不压缩 {sgd['bpc']:.4f}）。")
     ef_gain_sgd = topk_b["bpc"] - topk_b_ef["bpc"]
     ef_gain_adam = topk_a["bpc"] - topk_a_ef["bpc"]
-    out(f"    误差反馈让 SGD {'好了' if ef_gain_sgd > 0 else '差了'} {abs(ef_gain_sgd):.3f}，"
-        f"让 AdamW {'好了' if ef_gain_adam > 0 else '差了'} {abs(ef_gain_adam):.3f}"
+    out(f"    误差反馈让 SGD {'好了' if ef_gain_sgd > 0 else '差了'} {abs(ef_gain_sgd):.4f}，"
+        f"让 AdamW {'好了' if ef_gain_adam > 0 else '差了'} {abs(ef_gain_adam):.4f}"
         + ("：对 SGD 帮助更大。" if ef_gain_sgd > ef_gain_adam else "：这次对 AdamW 的帮助不比 SGD 小。"))
     sign_better = "不用" if sign_a["bpc"] < sign_a_ef["bpc"] else "用"
-    out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {sign_a['bpc']:.3f}，有误差反馈 {sign_a_ef['bpc']:.3f}"
+    out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {sign_a['bpc']:.4f}，有误差反馈 {sign_a_ef['bpc']:.4f}"
         f"——这次{sign_better}误差反馈更好。Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
         "误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 "
         f"{setup.clip_norm:g}）和 Adam 的归一化，不再是'晚一点发出去'那么简单。")

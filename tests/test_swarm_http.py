@@ -1,0 +1,331 @@
+"""Tests for code/lecture09/06_swarm_http.py: the parameter server over real HTTP on a free
+loopback port. Every bad upload is refused with the right status and is followed by a
+valid round that succeeds; the swarm trains; a refused worker keeps its residual."""
+
+import http.client
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import compression as c
+from conftest import load_script
+
+ROOT = Path(__file__).resolve().parent.parent
+swarm_http = load_script(ROOT / "code" / "lecture09" / "06_swarm_http.py")
+
+TOKEN = "test-token"
+
+
+@pytest.fixture
+def server():
+    running = swarm_http.RunningServer(swarm_http.ServerConfig(world_size=2, steps=1000, token=TOKEN))
+    yield running
+    running.close()
+
+
+def last_name(server, n_dims):
+    """The last parameter with n_dims dimensions (the output head's matrix or bias)."""
+    return [name for name, shape in server.swarm.shapes.items() if len(shape) == n_dims][-1]
+
+
+def status(server):
+    code, _, body = swarm_http.http_call(f"{server.url}/status")
+    assert code == 200
+    return json.loads(body)
+
+
+def payload_for(server, mode="topk", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    grads = {name: 0.01 * torch.randn(shape, generator=gen) for name, shape in server.swarm.shapes.items()}
+    return c.encode_payload(grads, mode, ratio=0.05)
+
+
+def post(server, payload=None, body=None, worker="w0", version=None, mode="topk", token=TOKEN, loss="3.5"):
+    if body is None:
+        body = c.payload_to_bytes(payload if payload is not None else payload_for(server, mode))
+    headers = {"X-Worker-Id": worker, "X-Compression": mode, "X-Loss": loss,
+               "X-Model-Version": str(server.swarm.version if version is None else version)}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    code, _, answer = swarm_http.http_call(f"{server.url}/gradients", body, headers)
+    return code, json.loads(answer)
+
+
+def assert_valid_round(server):
+    """Two valid uploads from distinct workers take exactly one step; the server is healthy."""
+    before = status(server)
+    assert before["health"] == "ok"
+    code, answer = post(server, worker="ok-a")
+    assert (code, answer["applied"]) == (200, False)
+    code, answer = post(server, worker="ok-b", mode="topk-int8")
+    assert (code, answer["applied"]) == (200, True)
+    after = status(server)
+    assert after["version"] == before["version"] + 1
+    assert after["pending_uploads"] == 0 and after["health"] == "ok"
+
+
+def refused(server, expected_status, **kwargs):
+    pending = status(server)["pending_uploads"]
+    code, answer = post(server, **kwargs)
+    assert code == expected_status, answer
+    assert answer["accepted"] is False and "error" in answer
+    assert status(server)["pending_uploads"] == pending   # the round buffer was not touched
+    assert_valid_round(server)
+    return answer["error"]
+
+
+# ---------------------------------------------------------------------------
+# One test per bad input, each followed by a valid round
+# ---------------------------------------------------------------------------
+
+def test_garbage_bytes_400(server):
+    assert "safetensors" in refused(server, 400, body=b"\x00 not a safetensors file \xff" * 10)
+
+
+def test_unknown_compression_400(server):
+    assert "X-Compression" in refused(server, 400, mode="gzip", body=c.payload_to_bytes(payload_for(server)))
+
+
+def test_missing_key_400(server):
+    payload = payload_for(server)
+    del payload[last_name(server, 2) + "::val"]
+    assert "missing" in refused(server, 400, payload=payload)
+
+
+def test_extra_key_400(server):
+    payload = payload_for(server)
+    payload["backdoor::idx"] = torch.zeros(1, dtype=torch.int64)
+    assert "unexpected" in refused(server, 400, payload=payload)
+
+
+def test_wrong_shape_400(server):
+    payload = payload_for(server, mode="none")
+    name = last_name(server, 2)
+    rows, cols = server.swarm.shapes[name]
+    payload[name] = torch.zeros(rows + 1, cols)   # one row too many
+    assert "shape" in refused(server, 400, payload=payload, mode="none")
+
+
+def test_wrong_dtype_400(server):
+    payload = payload_for(server)
+    key = last_name(server, 1) + "::val"
+    payload[key] = payload[key].double()
+    assert "dtype" in refused(server, 400, payload=payload)
+
+
+def test_out_of_range_index_400(server):
+    payload = payload_for(server)
+    name = last_name(server, 1)
+    payload[name + "::idx"][0] = server.swarm.shapes[name].numel()   # one past the end
+    assert "outside" in refused(server, 400, payload=payload)
+
+
+def test_negative_index_400(server):
+    payload = payload_for(server)
+    payload[last_name(server, 1) + "::idx"][0] = -1   # would silently wrap to the last element
+    assert "outside" in refused(server, 400, payload=payload)
+
+
+def test_nan_value_400(server):
+    payload = payload_for(server)
+    payload[last_name(server, 2) + "::val"][0] = float("nan")
+    assert "NaN" in refused(server, 400, payload=payload)
+
+
+def test_inf_value_400(server):
+    payload = payload_for(server, mode="none")
+    payload[last_name(server, 1)][3] = float("inf")
+    assert "infinity" in refused(server, 400, payload=payload, mode="none")
+
+
+def test_missing_token_401(server):
+    refused(server, 401, token=None)
+
+
+def test_wrong_token_401(server):
+    refused(server, 401, token="test-tokeN")
+
+
+def test_stale_version_409(server):
+    assert_valid_round(server)   # the server is now at version 1
+    assert "stale" in refused(server, 409, version=0)
+
+
+def test_future_version_409(server):
+    assert "future" in refused(server, 409, version=server.swarm.version + 1)
+
+
+def test_body_too_large_refused_from_content_length_413(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("POST", "/gradients")
+    conn.putheader("Content-Length", str(10**9))   # announced, never sent
+    conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.endheaders()
+    response = conn.getresponse()   # answered without waiting for a single body byte
+    assert response.status == 413
+    conn.close()
+    assert_valid_round(server)
+
+
+def test_missing_and_invalid_content_length(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    for length, expected in ((None, 411), ("-5", 400), ("12abc", 400)):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.putrequest("POST", "/gradients", skip_accept_encoding=True)
+        if length is not None:
+            conn.putheader("Content-Length", length)
+        conn.endheaders()
+        assert conn.getresponse().status == expected
+        conn.close()
+    assert_valid_round(server)
+
+
+def test_malformed_headers_400(server):
+    refused(server, 400, worker="")
+    refused(server, 400, version="-1")
+    refused(server, 400, loss="nan")
+
+
+# ---------------------------------------------------------------------------
+# Rounds: distinct workers, deadline, order, async staleness
+# ---------------------------------------------------------------------------
+
+def test_one_worker_cannot_fill_a_round(server):
+    assert post(server, worker="fast")[0] == 200
+    code, answer = post(server, worker="fast")
+    assert code == 409 and answer["error"].startswith("repeat")
+    assert status(server)["pending_uploads"] == 1 and server.swarm.version == 0
+    code, answer = post(server, worker="slow")
+    assert code == 200 and answer["applied"] and answer["version"] == 1
+
+
+def test_round_deadline_steps_with_what_arrived():
+    running = swarm_http.RunningServer(swarm_http.ServerConfig(world_size=3, steps=100, round_deadline_s=0.3))
+    try:
+        code, answer = post(running, worker="only", token=None)
+        assert code == 200 and not answer["applied"]
+        for _ in range(100):   # a lost worker must not stall training
+            if running.swarm.version == 1:
+                break
+            time.sleep(0.05)
+        assert running.swarm.version == 1
+        assert status(running)["counts"]["deadline_steps"] == 1
+    finally:
+        running.close()
+
+
+def test_arrival_order_does_not_change_the_step():
+    weights = []
+    for order in (("a", "b"), ("b", "a")):
+        running = swarm_http.RunningServer(swarm_http.ServerConfig(world_size=2, steps=10))
+        try:
+            payloads = {"a": payload_for(running, seed=1), "b": payload_for(running, seed=2)}
+            for worker in order:
+                assert post(running, payload=payloads[worker], worker=worker, token=None)[0] == 200
+            weights.append(torch.cat([p.detach().reshape(-1) for p in running.swarm.params.values()]))
+        finally:
+            running.close()
+    assert torch.equal(weights[0], weights[1])
+
+
+def test_async_staleness_and_scaling(monkeypatch):
+    running = swarm_http.RunningServer(swarm_http.ServerConfig(update="async", steps=100, max_staleness=1))
+    scales = []
+    real_step = running.swarm._step
+
+    def spy(dense_list, losses, scale):
+        scales.append(scale)
+        real_step(dense_list, losses, scale)
+
+    monkeypatch.setattr(running.swarm, "_step", spy)
+    try:
+        assert post(running, version=0, token=None)[1]["applied"]          # age 0
+        assert post(running, version=0, token=None)[1]["version"] == 2     # age 1, accepted
+        code, answer = post(running, version=0, token=None)                # age 2 > 1
+        assert code == 409 and "stale" in answer["error"]
+        assert scales == [1.0, 0.5]
+    finally:
+        running.close()
+
+
+# ---------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def train_tokens():
+    return swarm_http.load_world_tokens()[0]
+
+
+def test_weights_endpoint_round_trips(server, train_tokens):
+    worker = swarm_http.Worker(server.url, swarm_http.WorkerConfig(token=TOKEN), train_tokens)
+    version, done = worker.pull()
+    assert (version, done) == (0, False)
+    for name, p in worker.model.named_parameters():
+        assert torch.equal(p, server.swarm.params[name])
+
+
+def test_two_workers_loss_falls(train_tokens):
+    running = swarm_http.RunningServer(swarm_http.ServerConfig(world_size=2, steps=16, token=TOKEN))
+    try:
+        workers = [swarm_http.Worker(running.url, swarm_http.WorkerConfig(worker_id=i, compression=mode,
+                                                                          token=TOKEN), train_tokens)
+                   for i, mode in enumerate(("topk", "topk-int8"))]
+        results = [None, None]
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, workers[i].run()))
+                   for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert all(r is not None and r["error"] is None for r in results), results
+        assert all(r["accepted"] == 16 for r in results)
+        losses = running.swarm.step_losses
+        assert len(losses) == 16
+        assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2
+        assert status(running)["done"] is True
+    finally:
+        running.close()
+
+
+def test_rejected_upload_restores_residual(server, train_tokens):
+    worker = swarm_http.Worker(server.url, swarm_http.WorkerConfig(worker_id=7, token=TOKEN), train_tokens)
+    version, _ = worker.pull()
+    code, _ = worker.upload(version)
+    assert code == 200
+    kept = {name: r.clone() for name, r in worker.feedback.residuals.items()}
+    assert any(bool(r.abs().sum() > 0) for r in kept.values())
+    assert post(server, worker="other")[0] == 200   # the round closes: version moves on
+    code, answer = worker.upload(version)               # computed on the old version
+    assert code == 409 and "stale" in answer["error"]
+    for name, residual in worker.feedback.residuals.items():
+        assert torch.equal(residual, kept[name])
+    version, _ = worker.pull()                          # re-pull, then the upload is accepted
+    assert worker.upload(version)[0] == 200
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["--workers", "0"], ["--steps", "-3"], ["--topk-ratio", "2"], ["--modes", "none,zip"],
+    ["--uplink-mbyte-per-s", "nan"], ["--port", "70000"], ["--worker", "ftp://x"],
+    ["--token", "has space"], ["--update", "sometimes"], ["--serve", "--worker", "http://127.0.0.1:1"],
+])
+def test_bad_flags_exit_2(argv):
+    with pytest.raises(SystemExit) as exit_info:
+        swarm_http.build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+
+
+def test_default_run_smoke(capsys):
+    results = swarm_http.main(["--steps", "3", "--workers", "2", "--modes", "none,topk"])
+    assert results == 0
+    out = capsys.readouterr().out
+    assert "none" in out and "topk" in out and "Observations" in out
