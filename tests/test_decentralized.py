@@ -19,10 +19,10 @@ def test_four_uncompressed_workers_equal_one_process():
     data = torch.randint(0, 44, (5000,), generator=torch.Generator().manual_seed(0))
     x, y = tiny_gpt.get_batch(data, 32, 96, torch.Generator().manual_seed(1))
     single = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
-    tiny_gpt.default_backward(single, x, y)
+    tiny_gpt.plain_backward(bf16=False)(single, x, y)
     workers = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
     stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    code5.compressed_backward(4, "none", False, 0.01, stats)(workers, x, y)
+    code5.compressed_backward(4, "none", False, 0.01, stats, bf16=False)(workers, x, y)
     assert torch.allclose(_grads(single), _grads(workers), atol=1e-6, rtol=1e-4)
     assert stats["wire_bytes"] == 4 * workers.n_params()
 
@@ -50,9 +50,15 @@ def test_quick_run_of_both_demos(capsys):
     assert all(opt.cost <= c + 1e-9 for c in heuristics)     # nothing beats the proven optimum
     assert len(d1["random_costs"]) == code5.QUICK_SCHEDULE["n_random"]
     rows_a = results["demo2"]["a"]
-    assert [r["label"] for r in rows_a] == [r.label for r in code5.TABLE_A + (code5.CONTROL_RUN,)]
+    assert [r["label"] for r in rows_a] == [r.label for r in code5.TABLE_A]
     assert rows_a[1]["bytes_per_element"] == 2.0                # fp16
     assert all(r["bpc"] < 5.0 for r in rows_a)                  # 12 steps already beat uniform guessing
+
+
+def test_control_run_adds_a_row_and_measures_noise(capsys):
+    results = code5.main(["--quick", "--jobs", "1", "--demo", "2", "--control"])
+    assert results["demo2"]["a"][-1]["label"] == code5.CONTROL_RUN.label
+    assert "只换数据顺序" in capsys.readouterr().out
 
 
 def test_quick_run_is_deterministic(capsys):

@@ -43,10 +43,12 @@ CACHE_DIR = HERE / "cache"
 
 @dataclass(frozen=True)
 class BaseRunConfig:
-    steps: int = 3000         # a few thousand steps: spelling by ~300, many facts by ~3000
+    steps: int = 3000         # spelling and sentence frames within a few hundred steps; the rest refines them
     batch_size: int = 32      # the same batch as lecture 9's workload
     peak_lr: float = 3e-3
     eval_every: int = 250     # validation bits per char every 250 steps (~0.1 s each)
+    early_evals: tuple = (25, 50, 100, 150)   # extra early points: the first hundred steps change the most
+    bf16: bool = True         # mixed-precision forward (tiny_gpt.lm_loss); --fp32 turns it off
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
@@ -67,12 +69,13 @@ def parse_args(argv=None):
     p.add_argument("--world-seed", type=non_negative_int, default=d.world_seed, help="玩具世界的种子 world seed (default 0)")
     p.add_argument("--probes", type=positive_int, default=d.n_probes, help=f"训练后提问的事实数 facts probed (default {d.n_probes})")
     p.add_argument("--samples", type=non_negative_int, default=d.n_samples, help=f"生成的样本数 samples (default {d.n_samples})")
+    p.add_argument("--fp32", action="store_true", help="前向不用 bf16 混合精度 pure fp32 forward")
     p.add_argument("--retrain", action="store_true", help="忽略缓存，重新训练 ignore the cache and train again")
     p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
     args = p.parse_args(argv)
     return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr,
                          eval_every=args.eval_every, model_seed=args.seed, data_seed=args.data_seed,
-                         world_seed=args.world_seed, n_probes=args.probes,
+                         world_seed=args.world_seed, n_probes=args.probes, bf16=not args.fp32,
                          n_samples=args.samples), args
 
 
@@ -83,7 +86,7 @@ def parse_args(argv=None):
 def cache_path(run, model_config):
     """A file name that changes whenever anything that changes the weights changes."""
     key = json.dumps({"run": {k: v for k, v in asdict(run).items()
-                              if k in ("steps", "batch_size", "peak_lr", "model_seed", "data_seed", "world_seed")},
+                              if k in ("steps", "batch_size", "peak_lr", "model_seed", "data_seed", "world_seed", "bf16", "eval_every", "early_evals")},
                       "model": asdict(model_config), "torch": torch.__version__}, sort_keys=True)
     return CACHE_DIR / f"base_model_{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 
@@ -111,7 +114,7 @@ def train_base(run, train_data, val_data, log=print):
     """
     model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=run.model_seed)
     config = tiny_gpt.TrainConfig(steps=run.steps, batch_size=run.batch_size, peak_lr=run.peak_lr,
-                                  data_seed=run.data_seed)
+                                  data_seed=run.data_seed, bf16=run.bf16)
     evals = []
     window_bits = []
     start = time.perf_counter()
@@ -130,7 +133,7 @@ def train_base(run, train_data, val_data, log=print):
     def on_step(step, loss):
         window_bits.append(loss / math.log(2))
         done = step + 1
-        if done % run.eval_every == 0 or done == run.steps:
+        if done % run.eval_every == 0 or done == run.steps or done in run.early_evals:
             evaluate(done)
 
     losses = tiny_gpt.train(model, train_data, config, on_step=on_step)
@@ -150,7 +153,7 @@ def load_or_train(run, train_data, val_data, use_cache=True, retrain=False):
         print("训练时的记录 (recorded while training):")
         print(PROGRESS_HEADER)
         for step, bpc, elapsed in history["evals"]:
-            print(progress_line(step, recent_train_bits(history, step, run.eval_every), bpc, elapsed))
+            print(progress_line(step, recent_train_bits(history, step), bpc, elapsed))
         return model, history, True
     model, history = train_base(run, train_data, val_data)
     if use_cache:
@@ -160,14 +163,13 @@ def load_or_train(run, train_data, val_data, use_cache=True, retrain=False):
     return model, history, False
 
 
-def recent_train_bits(history, step, eval_every):
+def recent_train_bits(history, step):
     """Mean training bits over the steps since the previous evaluation (what the live line showed)."""
     bits = history["train_bits"]
-    if step == 0:
-        return float("nan")
-    previous = ((step - 1) // eval_every) * eval_every
+    steps = [s for s, _, _ in history["evals"]]
+    previous = max((s for s in steps if s < step), default=0)
     chunk = bits[previous:step]
-    return sum(chunk) / len(chunk)
+    return sum(chunk) / len(chunk) if chunk else float("nan")
 
 
 # ---------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def main(argv=None):
 
     gen = torch.Generator().manual_seed(0)
     if run.n_samples:
-        print("\n模型写的文本 samples (温度 temperature 0.8，以 '\\n' 开头，随机种子 0):")
+        print("\n模型写的文本 samples (温度 temperature 0.8，从一个换行开始，随机种子 0；' / ' 表示换行):")
         for _ in range(run.n_samples):
             start = torch.tensor([tokenizer.encode("\n")], dtype=torch.long)
             text = tokenizer.decode(model.generate(start, run.sample_chars, gen, temperature=0.8)[0, 1:].tolist())
@@ -285,8 +287,8 @@ def main(argv=None):
     print(f" 2. 事实准确率 {accuracy:.0%}；只会按统计猜'每种关系最常见的答案'的基线是 {baseline:.0%}。"
           + ("模型记住了不少具体的事实，而不只是统计规律。" if accuracy > baseline
              else "模型还没有超过统计基线：事实比拼写难学，需要更多步数。"))
-    print(f" 3. 训练用时 {history['seconds']:.0f} 秒" + ("（来自缓存里的记录）" if from_cache else "") +
-          "；base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
+    print(" 3. base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
+    print(f"（训练用时 {history['seconds']:.0f} 秒" + ("，来自缓存里的记录）" if from_cache else "）"), file=sys.stderr)
     return {"final_bpc": final_bpc, "fact_accuracy": accuracy, "baseline_accuracy": baseline,
             "history": history, "from_cache": from_cache}
 

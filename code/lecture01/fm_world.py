@@ -4,10 +4,11 @@ Introduced in lecture 1 (code/lecture01, notes section 2 "玩具世界 toy world
 later lecture trains on it or probes what a model learned about it.
 
 Why a toy world instead of real text: a character model small enough to train on a
-laptop CPU in minutes cannot learn much from Wikipedia, but it can learn a closed world
-completely. Spelling and grammar come from a few dozen sentence templates (learned in a
-few hundred steps); the facts (who lives where, who is whose mother) are arbitrary and
-must be memorised (a few thousand steps). Because we generated the world, we know every
+laptop CPU in minutes cannot learn much from Wikipedia, but it can learn the language of
+a closed world. Spelling and grammar come from a few dozen sentence templates (learned in
+a few hundred steps); the facts (who lives where, who is whose mother) are arbitrary and
+must be memorised, which takes a small model far longer (lecture 1's base model, after
+3000 steps, still answers few of them). Because we generated the world, we know every
 fact, so we can ask a model "mira lives in " and check the answer.
 
 Public API
