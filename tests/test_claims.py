@@ -17,8 +17,8 @@ LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 
 # Parameters and cited paper figures the notes may state without a run printing them.
 ALLOWED_CONSTANTS_01 = {"0.003", "0.0003", "0.1", "0.05", "0.02", "0.9", "0.95", "1.0", "0.8", "5.459"}
-ALLOWED_CONSTANTS_09 = {"1.3", "0.3", "0.1", "0.4", "0.9", "0.95", "0.01", "1.7", "3.5", "2.7", "3.3", "4.8",
-                        "1.0", "0.003", "0.5", "2.0", "4.0", "3.6", "2.43"}
+ALLOWED_CONSTANTS_09 = {"1.3", "0.3", "0.1", "0.4", "0.9", "0.95", "0.01", "0.02", "1.7", "3.5", "2.7", "3.3",
+                        "4.8", "1.0", "0.003", "0.5", "2.0", "4.0", "2.43", "0.001"}   # 0.1 / 0.001: flag values in exercises
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,14 @@ def _table_value(output, label, column=-1):
     raise AssertionError(f"no row {label!r} in the output")
 
 
+def _without_section_references(text):
+    """Drop headings and references like "7.4 节" / "§7.4": those numbers are not results."""
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return re.sub(r"\d+\.\d+(–\d+\.\d+)? ?节|§\d+(\.\d+)?", " ", text)
+
+
 def test_code5_numbers_in_notes_section_7_come_from_the_default_run(code5_output, code6_output):
-    section = notes_section(LECTURE09_NOTES, "## 7")
+    section = _without_section_references(notes_section(LECTURE09_NOTES, "## 7"))
     missing = sorted({d for d in decimals_in(section)
                       if d not in code5_output and d not in code6_output and d not in ALLOWED_CONSTANTS_09})
     assert not missing, f"numbers in the notes that no default run printed: {missing}"
@@ -76,16 +82,19 @@ def test_code5_demo2_claims(code5_output):
     base = float(_table_value(code5_output, "不压缩（fp32）"))
     assert base <= 1.7                                          # lecture 1's model learns in 300 steps
     fp16 = float(_table_value(code5_output, "fp16"))
-    control = float(_table_value(code5_output, "（对照）不压缩，换一个数据顺序"))
-    assert abs(fp16 - base) <= abs(control - base)               # fp16 costs nothing measurable
+    int8 = float(_table_value(code5_output, "int8"))
+    assert abs(fp16 - base) <= 0.02 and abs(int8 - base) <= 0.02   # "fp16 and int8 are nearly free"
     sign_plain = float(_table_value(code5_output, "只发符号，没有误差反馈"))
     sign_ef = float(_table_value(code5_output, "只发符号，有误差反馈"))
     assert sign_plain < sign_ef                                  # with Adam + clipping, EF hurts sign
     assert "对 SGD 帮助更大" in code5_output                       # EF helps top-k more under SGD
+    table_b = code5_output[code5_output.index("(b) 带动量的 SGD"):]
+    assert _table_value(table_b, "top-k，没有误差反馈", -2) == "发散"   # the notes: it diverged this time
+    assert float(_table_value(table_b, "top-k，有误差反馈")) < 5.0
 
 
 def test_lecture1_numbers_in_notes_come_from_the_default_runs(lecture1_outputs):
-    text = LECTURE01_NOTES.read_text(encoding="utf-8")
+    text = _without_section_references(LECTURE01_NOTES.read_text(encoding="utf-8"))
     missing = sorted({d for d in decimals_in(text)
                       if d not in lecture1_outputs and d not in ALLOWED_CONSTANTS_01})
     assert not missing, f"numbers in the notes that no default run printed: {missing}"

@@ -585,14 +585,22 @@ def demo2_observations(setup, tables, out=print):
     out(f" 1. fp16：通信量减半，结果{compare(fp16['bpc'], base['bpc'])}。int8（整个向量一个缩放因子）：通信量 1/4，"
         f"结果{compare(int8['bpc'], base['bpc'])}；缩放因子由最大的那个梯度决定，平均 {int8['zeroed_fraction']:.0%} "
         "的分量被舍入成 0。实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
+    def shown(r):
+        return "发散（loss 变成 NaN）" if not math.isfinite(r["bpc"]) else f"{r['bpc']:.4f}"
+
     out(f" 2. top-{setup.topk_ratio:.0%}：每步每个工作者只发 {setup.topk_ratio:.0%} 的分量，{setup.steps} 步里每个分量平均只被发出 "
-        f"{sends:g} 次。AdamW 下没有误差反馈 {topk_a['bpc']:.4f}、有误差反馈 {topk_a_ef['bpc']:.4f}（不压缩 {base['bpc']:.4f}）；"
-        f"带动量的 SGD 下没有误差反馈 {topk_b['bpc']:.4f}、有误差反馈 {topk_b_ef['bpc']:.4f}（不压缩 {sgd['bpc']:.4f}）。")
-    ef_gain_sgd = topk_b["bpc"] - topk_b_ef["bpc"]
-    ef_gain_adam = topk_a["bpc"] - topk_a_ef["bpc"]
-    out(f"    误差反馈让 SGD {'好了' if ef_gain_sgd > 0 else '差了'} {abs(ef_gain_sgd):.4f}，"
-        f"让 AdamW {'好了' if ef_gain_adam > 0 else '差了'} {abs(ef_gain_adam):.4f}"
-        + ("：对 SGD 帮助更大。" if ef_gain_sgd > ef_gain_adam else "：这次对 AdamW 的帮助不比 SGD 小。"))
+        f"{sends:g} 次。AdamW 下没有误差反馈 {shown(topk_a)}、有误差反馈 {shown(topk_a_ef)}（不压缩 {shown(base)}）；"
+        f"带动量的 SGD 下没有误差反馈 {shown(topk_b)}、有误差反馈 {shown(topk_b_ef)}（不压缩 {shown(sgd)}）。")
+    gain_adam = topk_a["bpc"] - topk_a_ef["bpc"]
+    adam_text = f"让 AdamW {'好了' if gain_adam > 0 else '差了'} {abs(gain_adam):.4f}"
+    if not math.isfinite(topk_b["bpc"]) and math.isfinite(topk_b_ef["bpc"]):
+        out(f"    没有误差反馈时，其余 {1 - setup.topk_ratio:.0%} 的分量这一步的梯度直接丢掉，这次 SGD（lr {setup.sgd_lr:g}）"
+            f"训练发散了；误差反馈把丢掉的部分攒起来以后再发，同样的设置能训练到 {topk_b_ef['bpc']:.4f}。"
+            f"误差反馈{adam_text}：对 SGD 帮助更大。")
+    else:
+        gain_sgd = topk_b["bpc"] - topk_b_ef["bpc"]
+        out(f"    误差反馈让 SGD {'好了' if gain_sgd > 0 else '差了'} {abs(gain_sgd):.4f}，{adam_text}"
+            + ("：对 SGD 帮助更大。" if gain_sgd > gain_adam else "：这次对 AdamW 的帮助不比 SGD 小。"))
     sign_better = "不用" if sign_a["bpc"] < sign_a_ef["bpc"] else "用"
     out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {sign_a['bpc']:.4f}，有误差反馈 {sign_a_ef['bpc']:.4f}"
         f"——这次{sign_better}误差反馈更好。Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
