@@ -284,9 +284,17 @@ def main(argv=None):
     print(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（随机初始化，接近均匀瞎猜的 {uniform_bits:.3f}）降到 {final_bpc:.3f}。"
           + (f"第一次低于 2.0 是在第 {spelled_at} 步：拼写和常见词先学会。" if spelled_at is not None
              else "这次训练没有降到 2.0 以下：步数太少。"))
-    print(f" 2. 事实准确率 {accuracy:.0%}；只会按统计猜'每种关系最常见的答案'的基线是 {baseline:.0%}。"
-          + ("模型记住了不少具体的事实，而不只是统计规律。" if accuracy > baseline
-             else "模型还没有超过统计基线：事实比拼写难学，需要更多步数。"))
+    n_correct = sum(r[4] for r in rows)
+    n_baseline = round(baseline * len(rows))
+    if accuracy >= 2 * baseline and n_correct - n_baseline >= 10:
+        verdict = "模型记住了不少具体的事实，而不只是统计规律。"
+    elif n_correct > n_baseline:
+        verdict = (f"只比这个基线多答对 {n_correct - n_baseline} 个（{n_correct} 对 {n_baseline}）："
+                   "拼写和句式学会了，具体的事实这个小模型几乎还没记住。")
+    else:
+        verdict = "没有超过这个基线：拼写和句式学会了，具体的事实这个小模型还没记住。"
+    print(f" 2. 事实准确率 {accuracy:.0%}（{len(rows)} 个里答对 {n_correct} 个）；只会按统计猜'每种关系最常见的答案'"
+          f"的基线是 {baseline:.0%}。" + verdict)
     print(" 3. base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
     print(f"（训练用时 {history['seconds']:.0f} 秒" + ("，来自缓存里的记录）" if from_cache else "）"), file=sys.stderr)
     return {"final_bpc": final_bpc, "fact_accuracy": accuracy, "baseline_accuracy": baseline,
