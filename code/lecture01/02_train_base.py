@@ -8,7 +8,7 @@ Lecture 1, code 2: train the base model on the toy world.
 
 对应讲义 (notes): lectures/lecture01_base_model.md 第 4-6 节（模型、bits per character、训练循环）
 
-运行 (run):  python3 code/lecture01/02_train_base.py            # 第一次约 2-3 分钟；之后读缓存，约 3 秒
+运行 (run):  python3 code/lecture01/02_train_base.py            # 第一次约 1.5-2 分钟（2 核机器）；之后读缓存，约 3 秒
              python3 code/lecture01/02_train_base.py --retrain  # 忽略缓存，重新训练
              python3 code/lecture01/02_train_base.py --steps 500 --eval-every 100   # 作业：少训练一些会怎样？
 需要 (needs): torch, numpy；同目录的 fm_world.py、tiny_gpt.py、console.py。

@@ -17,15 +17,16 @@ compressing what workers send.
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 7 节
 
 运行 (run):
-    python3 code/lecture09/05_decentralized.py             # 全部，约 1 分钟（2 核机器）
-    python3 code/lecture09/05_decentralized.py --demo 1    # 只跑演示 1，约 15 秒
+    python3 code/lecture09/05_decentralized.py             # 全部，约 50 秒（2 核机器，中位数）
+    python3 code/lecture09/05_decentralized.py --demo 1    # 只跑演示 1，约 4 秒
     python3 code/lecture09/05_decentralized.py --demo 2 --topk-ratio 0.05 --steps 600
     python3 code/lecture09/05_decentralized.py --network aws-world   # Yuan et al. 实测的 8 城市网络
     python3 code/lecture09/05_decentralized.py --quick     # 很小的设置，几秒钟（测试用）
     python3 code/lecture09/05_decentralized.py --help      # 所有参数
 
-演示 2 训练 11 个小模型（表 (a) 8 个，其中 1 个是换了数据顺序的对照；表 (b) 3 个），各 300 步，
-在 --jobs 个进程里并行（默认 2；每个进程 1 个 torch 线程，结果与进程数无关）。
+演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--control 再加一个换了数据顺序的对照），各 300 步，
+每个约 10 秒；在 --jobs 个进程里并行（默认 2；每个进程 1 个 torch 线程，结果与进程数无关）。
+前向计算用 bf16 混合精度（--fp32 关掉）。
 表格每次运行都一样；用时（elapsed）打印到 stderr。
 需要 (needs): numpy、torch；本目录的 dist_sim.py、compression.py；code/lecture01 的
 fm_world.py、tiny_gpt.py、console.py。从随机初始化开始训练，不读也不写第 1 讲的缓存。

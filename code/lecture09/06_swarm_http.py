@@ -8,7 +8,7 @@ internet does? What may the server trust, and what must it check?
 Notes: lectures/lecture09_distributed_training.md, section 7 (from simulation to a real
 swarm).
 
-What runs by default (about 30-40 s on a 2-core machine; 4 worker processes, 60 steps):
+What runs by default (about 20 s on a 2-core machine; 4 worker processes, 60 steps):
   (1) for each compression mode (none, topk, topk-int8), one training run: an HTTP
       server on 127.0.0.1 (a free port) holds the tiny GPT (tiny_gpt.BASE_CONFIG) and
       its optimizer; 4 worker processes loop GET /weights -> gradient on a local batch
