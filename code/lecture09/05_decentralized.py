@@ -225,14 +225,14 @@ def run_demo1(setup, out=print):
     random_stats = [dist_sim.layout_stats(a, geo, setup.n_stages, setup.n_replicas) for a in randoms]
 
     hand = {}
-    for name, make in (("pipelines_in_regions", dist_sim.pipelines_in_regions),
-                       ("dp_groups_in_regions", dist_sim.dp_groups_in_regions)):
+    for name, label, make in (("pipelines_in_regions", "按地区放流水线", dist_sim.pipelines_in_regions),
+                              ("dp_groups_in_regions", "按地区放数据并行组", dist_sim.dp_groups_in_regions)):
         try:
             layout = make(geo, setup.n_stages, setup.n_replicas)
             hand[name] = (layout, cost(layout))
         except ValueError as why:        # e.g. 8 cities of 4 GPUs cannot hold a DP group of 8
             hand[name] = (None, None)
-            out(f"（{name} 在这个网络上放不下：{why}）")
+            out(f"（{label}在这个网络上放不下 does not fit: {why}）")
 
     (strict_best, strict_runs) = multi_start_local_search(cost, setup, setup.strict_iters, sideways=False)
     (side_best, side_runs) = multi_start_local_search(cost, setup, setup.sideways_iters, sideways=True)
