@@ -356,7 +356,9 @@ def demo1_observations(setup, r, out=print):
         winner, loser = ("流水线", "数据并行") if hand_pp < hand_dp else ("数据并行组", "流水线")
         act_total_gb = setup.act_bytes * 2 * (setup.n_stages - 1) / 1e9
         grad_gb = setup.stage_param_bytes / 1e9
-        out(f" 2. 两种手工分配差很多：{hand_pp:.2f} 秒（流水线在地区内）对 {hand_dp:.2f} 秒（数据并行组在地区内）。"
+        spread = max(hand_pp, hand_dp) / min(hand_pp, hand_dp)
+        how_far = "差很多" if spread >= 1.5 else ("差一些" if spread >= 1.1 else "差不多")
+        out(f" 2. 两种手工分配{how_far}：{hand_pp:.2f} 秒（流水线在地区内）对 {hand_dp:.2f} 秒（数据并行组在地区内）。"
             f"把{winner}留在地区内、让{loser}跨地区更好。")
         out(f"    流水线每个副本每次迭代要穿过 {setup.n_stages - 1} 个切口、每个切口前向反向各传 {setup.act_bytes / 1e9:.2f} GB"
             f"（一条流水线共 {act_total_gb:.1f} GB，串行相加）；数据并行每个阶段交换 {grad_gb:.2f} GB 梯度，"
