@@ -111,7 +111,36 @@ def compress_vector(g, scheme, topk_ratio=0.01):
     return signs * scale, math.ceil(n / 8) + FP32_BYTES
 
 
-class ErrorFeedback:
+class _ProposeCommit:
+    """The two-phase send both error-feedback classes share: propose() holds the new
+    residual aside, commit() keeps it (the send went through), rollback() drops it (the
+    send was refused, so nothing left the worker and the old residual must stay)."""
+
+    _pending = None
+
+    def _hold(self, pending):
+        if self._pending is not None:
+            raise RuntimeError("the previous proposal was neither committed nor rolled back")
+        self._pending = pending
+
+    def _keep(self, pending):   # store a committed residual; each subclass knows where
+        raise NotImplementedError
+
+    def commit(self):
+        """The proposed send went through: keep what it left behind."""
+        if self._pending is None:
+            raise RuntimeError("nothing to commit: call propose() first")
+        pending, self._pending = self._pending, None
+        self._keep(pending)
+
+    def rollback(self):
+        """The proposed send was refused: forget it; the residual is unchanged."""
+        if self._pending is None:
+            raise RuntimeError("nothing to roll back: call propose() first")
+        self._pending = None
+
+
+class ErrorFeedback(_ProposeCommit):
     """One worker's error-feedback memory for flat gradients (part A).
 
     compress(g, ...) = propose(g, ...) then commit(). propose() compresses g + residual
@@ -122,29 +151,17 @@ class ErrorFeedback:
 
     def __init__(self):
         self.residual = None   # (n,) float32, or None before the first commit
-        self._pending = None   # the residual a committed send would leave behind
+
+    def _keep(self, pending):
+        self.residual = pending
 
     def propose(self, g, scheme, topk_ratio=0.01):
         """Compress g + residual; return (decoded, wire_bytes) without committing."""
-        if self._pending is not None:
-            raise RuntimeError("the previous proposal was neither committed nor rolled back")
         g = g.detach().to(torch.float32)
         corrected = g if self.residual is None else g + self.residual
         decoded, wire_bytes = compress_vector(corrected, scheme, topk_ratio)
-        self._pending = corrected - decoded
+        self._hold(corrected - decoded)
         return decoded, wire_bytes
-
-    def commit(self):
-        """The proposed send went through: keep what it left behind."""
-        if self._pending is None:
-            raise RuntimeError("nothing to commit: call propose() first")
-        self.residual, self._pending = self._pending, None
-
-    def rollback(self):
-        """The proposed send was refused: forget it; the residual is unchanged."""
-        if self._pending is None:
-            raise RuntimeError("nothing to roll back: call propose() first")
-        self._pending = None
 
     def compress(self, g, scheme, topk_ratio=0.01):
         """Compress with error feedback and commit at once; returns (decoded, wire_bytes)."""
@@ -330,7 +347,7 @@ def payload_from_bytes(body):
         raise PayloadError(f"body is not safetensors ({type(error).__name__}: {error})") from None
 
 
-class PayloadErrorFeedback:
+class PayloadErrorFeedback(_ProposeCommit):
     """One worker's error-feedback memory for named tensors (part B, the HTTP swarm).
 
     propose(named_grads, mode, ratio) returns the payload to upload; commit() after a
@@ -342,10 +359,12 @@ class PayloadErrorFeedback:
 
     def __init__(self):
         self.residuals = {}    # name -> tensor shaped like the parameter
-        self._pending = None
+
+    def _keep(self, pending):
+        self.residuals = pending
 
     def propose(self, named_grads, mode, ratio=0.01):
-        if self._pending is not None:
+        if self._pending is not None:   # refuse before encoding anything
             raise RuntimeError("the previous proposal was neither committed nor rolled back")
         payload = encode_payload(named_grads, mode, ratio, residuals=self.residuals)
         pending = {}
@@ -356,15 +375,5 @@ class PayloadErrorFeedback:
             # Our own payload is valid by construction, so it is rebuilt without the checks.
             sent = payload[name] if mode == "none" else _densify(payload, name, grad.shape, mode)
             pending[name] = corrected - sent
-        self._pending = pending
+        self._hold(pending)
         return payload
-
-    def commit(self):
-        if self._pending is None:
-            raise RuntimeError("nothing to commit: call propose() first")
-        self.residuals, self._pending = self._pending, None
-
-    def rollback(self):
-        if self._pending is None:
-            raise RuntimeError("nothing to roll back: call propose() first")
-        self._pending = None
