@@ -60,3 +60,25 @@ def test_histogram_counts_every_value_and_places_markers():
     assert sum(counts) == len(values)
     assert lines[0].endswith("← best")            # 0.0 extends the range downward
     assert lines[-1].endswith("← worst")
+
+
+def test_wrap_keeps_every_line_within_the_width_and_loses_nothing():
+    text = (" 2. 误差反馈：对 AdamW 有帮助（好了 0.0206），对 SGD 有帮助（好了 0.1606）。"
+            "Error feedback helps SGD more than AdamW, measured as paired differences. " * 3)
+    lines = console.wrap(text, width=40)
+    assert len(lines) > 3
+    assert all(console.display_width(line) <= 40 for line in lines)
+    assert all(line.startswith("    ") for line in lines[1:])        # indented under " 2. "
+    assert "".join(line.strip().replace(" ", "") for line in lines) == text.replace(" ", "")
+    assert not any(line.strip()[0] in "，。）" for line in lines)       # no line starts with closing punctuation
+
+
+def test_wrap_breaks_between_english_words_not_inside_them():
+    lines = console.wrap("alpha beta gamma delta", width=11)
+    assert lines == ["alpha beta", "gamma delta"]
+    assert console.wrap("short") == ["short"]
+
+
+def test_wrap_cuts_a_word_longer_than_the_line():
+    lines = console.wrap("x" * 25, width=10, indent="")
+    assert lines == ["x" * 10, "x" * 10, "x" * 5]

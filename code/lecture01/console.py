@@ -8,9 +8,11 @@ them. `display_width` counts columns the way a terminal does, using the Unicode
 East Asian Width property (unicodedata.east_asian_width: 'W' and 'F' are two columns).
 """
 
+import re
 import unicodedata
 
 ALIGNMENTS = ("<", ">", "^")
+LINE_WIDTH = 100   # display columns a projector shows at a readable size: every default line fits
 
 
 def display_width(text):
@@ -136,3 +138,62 @@ def histogram_lines(values, n_bins=16, markers=(), width=30, value_format="{:.1f
         note = ("  ← " + "，".join(labels)) if labels else ""
         lines.append(f"{pad(r, range_width, '>')} │{pad(bar, width)} {pad(str(count) if count else '', 3, '>')}{note}")
     return lines
+
+
+# A token is an unbreakable unit: a run of non-space, non-wide characters (an English
+# word, a number with its unit), one wide character (a 汉字 may break anywhere), or spaces.
+_TOKEN = re.compile(r"[^\s\u1100-\uffff]+|\s+|.")
+_NO_LINE_START = set("，。、；：？！）》」』”’%,.;:)")   # punctuation that never begins a line
+
+
+def _is_wide(ch):
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def wrap(text, width=LINE_WIDTH, indent=None):
+    """Lines of `text`, each at most `width` display columns, broken between words or
+    between wide characters, never before closing punctuation.
+
+    Continuation lines start with `indent` (default: as many spaces as the text's own
+    leading spaces plus its list marker, e.g. " 2. " gives 4), so a numbered observation
+    reads as one block. A single word wider than the line is cut (it never overflows).
+    """
+    if indent is None:
+        marker = re.match(r"\s*(\d+\.\s|[-*]\s)?", text)
+        indent = " " * display_width(marker.group(0))
+    lines, line = [], ""
+    for token in _TOKEN.findall(text):
+        if display_width(line + token) <= width:
+            line += token
+            continue
+        if token.isspace():
+            lines.append(line.rstrip())
+            line = indent
+            continue
+        carry = ""
+        if token[0] in _NO_LINE_START and line.strip():
+            # Move the last wide character (or word) down with the punctuation.
+            last = _TOKEN.findall(line)[-1]
+            if not last.isspace():
+                line, carry = line[:-len(last)], last
+        if line.strip():
+            lines.append(line.rstrip())
+        line = indent + carry
+        while display_width(line + token) > width:          # a word longer than a line
+            room = width - display_width(line)
+            cut = 0
+            while cut < len(token) and display_width(token[:cut + 1]) <= room:
+                cut += 1
+            cut = max(cut, 1)
+            lines.append(line + token[:cut])
+            line, token = indent, token[cut:]
+        line += token
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+def print_wrapped(text, width=LINE_WIDTH, indent=None):
+    """Print `wrap(text, width, indent)`, line by line."""
+    for line in wrap(text, width, indent):
+        print(line)
