@@ -62,3 +62,20 @@ non_negative_int = int_at_least(0)
 positive_float = float_in(0, None, low_open=True)
 non_negative_float = float_in(0, None)
 ratio = float_in(0, 1, low_open=True)          # a fraction in (0, 1]
+
+
+def add_precision_arguments(parser):
+    """--precision {auto,bf16,fp32} and its shorthand --fp32, for every training script.
+
+    Read the choice back with precision_from_args(args)."""
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                        help="前向计算的精度 forward precision: auto = 这台 CPU 有 bf16 硬件就用 bf16，"
+                             "否则 fp32 (default %(default)s)")
+    parser.add_argument("--fp32", action="store_true", help="等于 --precision fp32 (same as --precision fp32)")
+
+
+def precision_from_args(args):
+    """"bf16" or "fp32": what the flags of add_precision_arguments ask for on this CPU."""
+    from tiny_gpt import resolve_precision   # imported here: --help must not wait for torch
+
+    return resolve_precision("fp32" if args.fp32 else args.precision)
