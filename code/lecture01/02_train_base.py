@@ -11,11 +11,16 @@ Lecture 1, code 2: train the base model on the toy world.
 运行 (run):  python3 code/lecture01/02_train_base.py            # 第一次约 1.5-2 分钟（2 核机器）；之后读缓存，约 3 秒
              python3 code/lecture01/02_train_base.py --retrain  # 忽略缓存，重新训练
              python3 code/lecture01/02_train_base.py --steps 500 --eval-every 100   # 作业：少训练一些会怎样？
+             python3 code/lecture01/02_train_base.py --precision bf16   # 前向用 bf16（默认 auto：有 bf16 硬件才用）
 需要 (needs): torch, numpy；同目录的 fm_world.py、tiny_gpt.py、console.py。
 
-训练好的权重存在 code/lecture01/cache/（git 不跟踪）；缓存的名字包含所有影响结果的参数，
-改了参数就会重新训练。第 9 讲的代码 5 从随机初始化开始训练，从不读写这个缓存。
-每次运行打印的内容都一样，只有"用时 elapsed"一列会随机器的快慢变化。
+训练好的权重存在 code/lecture01/cache/（git 不跟踪）；缓存的名字包含所有影响结果的参数
+（包括这次实际用的前向精度 forward precision），改了参数就会重新训练。
+第 9 讲的代码 5 从随机初始化开始训练，从不读写这个缓存。
+
+可复现 reproducibility：同一台机器、同样的库版本，每次运行打印的表格逐字相同（只有"用时 elapsed"
+一列随机器的快慢变化）。换一种 CPU，训练得到的数（bits/字符、损失、样本、问事实答对几个）会在后几位
+小数上不同，换种子也一样；观察里的每句话都由这次运行自己的数决定措辞（讲义第 6 节）。
 """
 
 import argparse
@@ -23,9 +28,11 @@ import hashlib
 import json
 import math
 import random
+import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,8 +41,9 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 
 import tiny_gpt  # noqa: E402
-from cli_args import non_negative_int, positive_float, positive_int  # noqa: E402
-from console import bar_chart, pad, print_header, print_table  # noqa: E402
+from cli_args import (add_precision_arguments, non_negative_int, positive_float,  # noqa: E402
+                      positive_int, precision_from_args)
+from console import bar_chart, pad, print_header, print_table, print_wrapped, wrap  # noqa: E402
 from fm_world import ALPHABET, PROBE_RELATIONS, build_world  # noqa: E402
 
 CACHE_DIR = HERE / "cache"
@@ -48,13 +56,23 @@ class BaseRunConfig:
     peak_lr: float = 3e-3
     eval_every: int = 250     # validation bits per char every 250 steps (~0.1 s each)
     early_evals: tuple = (25, 50, 100, 150)   # extra early points: the first hundred steps change the most
-    bf16: bool = True         # mixed-precision forward (tiny_gpt.lm_loss); --fp32 turns it off
+    # "bf16" or "fp32" forward (tiny_gpt.lm_loss); the default is --precision auto resolved on this
+    # CPU: bf16 only where the CPU has bf16 hardware (elsewhere it is emulated and ~3x slower).
+    precision: str = field(default_factory=lambda: tiny_gpt.resolve_precision("auto"))
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
     n_probes: int = 200       # facts asked after training
     n_samples: int = 3        # texts sampled from the trained model
     sample_chars: int = 240
+
+    def __post_init__(self):
+        if self.precision not in ("bf16", "fp32"):
+            raise ValueError(f"precision must be 'bf16' or 'fp32' (resolved), got {self.precision!r}")
+
+    @property
+    def bf16(self):
+        return self.precision == "bf16"
 
 
 def parse_args(argv=None):
@@ -69,14 +87,28 @@ def parse_args(argv=None):
     p.add_argument("--world-seed", type=non_negative_int, default=d.world_seed, help="玩具世界的种子 world seed (default 0)")
     p.add_argument("--probes", type=positive_int, default=d.n_probes, help=f"训练后提问的事实数 facts probed (default {d.n_probes})")
     p.add_argument("--samples", type=non_negative_int, default=d.n_samples, help=f"生成的样本数 samples (default {d.n_samples})")
-    p.add_argument("--fp32", action="store_true", help="前向不用 bf16 混合精度 pure fp32 forward")
+    add_precision_arguments(p)
     p.add_argument("--retrain", action="store_true", help="忽略缓存，重新训练 ignore the cache and train again")
     p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
     args = p.parse_args(argv)
     return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr,
                          eval_every=args.eval_every, model_seed=args.seed, data_seed=args.data_seed,
-                         world_seed=args.world_seed, n_probes=args.probes, bf16=not args.fp32,
-                         n_samples=args.samples), args
+                         world_seed=args.world_seed, n_probes=args.probes,
+                         precision=precision_from_args(args), n_samples=args.samples), args
+
+
+def precision_line(run, args):
+    """One line: which forward precision this run used, and why."""
+    native = tiny_gpt.cpu_has_native_bf16()
+    if args.fp32:
+        reason = "--fp32 指定 requested"
+    elif args.precision == "auto":
+        reason = "auto：这台 CPU " + ("有 bf16 硬件 native bf16" if native else "没有 bf16 硬件 no native bf16")
+    else:
+        reason = f"--precision {args.precision}"
+        reason += ("；没有 bf16 硬件，软件模拟 emulated 更慢" if run.bf16 and not native
+                   else " 指定 requested")
+    return f"前向精度 forward precision: {run.precision}（{reason}）"
 
 
 # ---------------------------------------------------------------------------
@@ -85,8 +117,9 @@ def parse_args(argv=None):
 
 def cache_path(run, model_config):
     """A file name that changes whenever anything that changes the weights changes."""
-    key = json.dumps({"run": {k: v for k, v in asdict(run).items()
-                              if k in ("steps", "batch_size", "peak_lr", "model_seed", "data_seed", "world_seed", "bf16", "eval_every", "early_evals")},
+    kept = ("steps", "batch_size", "peak_lr", "model_seed", "data_seed", "world_seed", "precision",
+            "eval_every", "early_evals")
+    key = json.dumps({"run": {k: v for k, v in asdict(run).items() if k in kept},
                       "model": asdict(model_config), "torch": torch.__version__}, sort_keys=True)
     return CACHE_DIR / f"base_model_{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 
@@ -218,6 +251,52 @@ def majority_baseline(world, rows):
     return sum(guess.get(relation) == answer for relation, _, answer, _, _ in rows) / len(rows)
 
 
+WORD = re.compile(r"[a-z]+")
+SPELLING_LEARNED = 0.9    # share of real words from which observation 2 calls spelling "mostly learned"
+SPELLING_STARTED = 0.5    # ... and below which it says spelling is not learned yet
+FEW_WORDS = 30            # fewer complete words than this: observation 2 warns the share is rough
+NOISE_SDS = 2             # a probe difference counts as beyond noise only past 2 binomial sd
+
+
+def sample_words(text):
+    """The complete words of a sample: runs of letters, without the last one if the sample
+    was cut off in the middle of a word."""
+    words = WORD.findall(text)
+    if words and text[-1:].isalpha():
+        words.pop()
+    return words
+
+
+def real_word_count(samples, vocabulary):
+    """(real, total): how many complete words of the samples are words of the training text."""
+    words = [w for text in samples for w in sample_words(text)]
+    return sum(w in vocabulary for w in words), len(words)
+
+
+def unigram_bits(text):
+    """Entropy of the character frequencies in bits: the best a model without context can do."""
+    counts = Counter(text)
+    total = len(text)
+    return -sum(c / total * math.log2(c / total) for c in counts.values())
+
+
+def probe_noise(n_correct, n_baseline, n):
+    """(difference, sd): model minus baseline hits, and the binomial sd of a count of n
+    answers at the rate both share if the model is no better than the baseline
+    (p = their mean accuracy): sd = sqrt(n p (1 - p))."""
+    p = (n_correct + n_baseline) / (2 * n)
+    return n_correct - n_baseline, math.sqrt(n * p * (1 - p))
+
+
+def probe_verdict(difference, sd):
+    """"beyond" (more than NOISE_SDS sd above the baseline), "below" or "within" noise."""
+    if difference > NOISE_SDS * sd:
+        return "beyond"
+    if difference < -NOISE_SDS * sd:
+        return "below"
+    return "within"
+
+
 def loss_chart_lines(history, n_bars=12):
     """Training bits per character averaged over n_bars equal spans of the run."""
     bits = history["train_bits"]
@@ -233,7 +312,8 @@ def main(argv=None):
     run, args = parse_args(argv)
     world = build_world(run.world_seed)
     tokenizer = tiny_gpt.CharTokenizer(ALPHABET)
-    train_data = tiny_gpt.encode_text(world.train_text(), tokenizer)
+    train_text = world.train_text()
+    train_data = tiny_gpt.encode_text(train_text, tokenizer)
     val_data = tiny_gpt.encode_text(world.val_text(), tokenizer)
 
     print_header("第 1 讲 · 代码 2：训练 base model（预测下一个字符 next-character prediction）")
@@ -245,8 +325,13 @@ def main(argv=None):
           f"{run.steps * run.batch_size * cfg.block_size:,} 个预测（训练文本 {len(train_data):,} 字符）")
     print(f"学习率 learning rate: 峰值 {run.peak_lr:g}，前 {tiny_gpt.warmup_steps(run.steps)} 步线性预热 warm-up，"
           f"再按余弦 cosine 降到 {tiny_gpt.LR_FLOOR_FRACTION * run.peak_lr:g}")
+    print(precision_line(run, args))
+    print(f"种子 seeds: 模型初始化 model {run.model_seed}，数据顺序 data order {run.data_seed}，"
+          f"世界 world {run.world_seed}")
     uniform_bits = math.log2(len(ALPHABET))
-    print(f"起点参照：在 {len(ALPHABET)} 个字符里均匀瞎猜 = log2({len(ALPHABET)}) = {uniform_bits:.3f} bits/字符\n")
+    unigram = unigram_bits(train_text)
+    print(f"起点参照：在 {len(ALPHABET)} 个字符里均匀瞎猜 = log2({len(ALPHABET)}) = {uniform_bits:.3f} bits/字符；"
+          f"只看字符频率的一元模型 unigram = {unigram:.2f}\n")
 
     model, history, from_cache = load_or_train(run, train_data, val_data,
                                                use_cache=not args.no_cache, retrain=args.retrain)
@@ -256,12 +341,16 @@ def main(argv=None):
         print("  " + line)
 
     gen = torch.Generator().manual_seed(0)
+    samples = []
     if run.n_samples:
         print("\n模型写的文本 samples (温度 temperature 0.8，从一个换行开始，随机种子 0；' / ' 表示换行):")
-        for _ in range(run.n_samples):
+        for i in range(run.n_samples):
             start = torch.tensor([tokenizer.encode("\n")], dtype=torch.long)
             text = tokenizer.decode(model.generate(start, run.sample_chars, gen, temperature=0.8)[0, 1:].tolist())
-            print("  | " + text.replace("\n", " / "))
+            samples.append(text)
+            for line in wrap(f"  {i + 1} | " + text.replace("\n", " / "), indent="    | "):
+                print(line)
+    n_real, n_words = real_word_count(samples, set(WORD.findall(train_text)))
 
     rows = probe_facts(model, world, tokenizer, run.n_probes)
     accuracy = sum(r[4] for r in rows) / len(rows)
@@ -281,23 +370,54 @@ def main(argv=None):
     first_bpc = history["evals"][0][1]
     spelled_at = next((step for step, bpc, _ in history["evals"] if bpc < 2.0), None)
     print("\n观察 Observations:")
-    print(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（随机初始化，接近均匀瞎猜的 {uniform_bits:.3f}）降到 {final_bpc:.3f}。"
-          + (f"第一次低于 2.0 是在第 {spelled_at} 步：拼写和常见词先学会。" if spelled_at is not None
-             else "这次训练没有降到 2.0 以下：步数太少。"))
+    start_note = (f"随机初始化，比均匀瞎猜的 {uniform_bits:.3f} 还高" if first_bpc > uniform_bits
+                  else f"随机初始化；均匀瞎猜是 {uniform_bits:.3f}")
+    context_note = (f"低于一元模型的 {unigram:.2f}：模型在利用前文。" if final_bpc < unigram
+                    else f"不低于一元模型的 {unigram:.2f}：还没学会利用前文。")
+    print_wrapped(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（{start_note}）降到 {final_bpc:.3f}，" + context_note
+                  + (f"第一次低于 2.0 是在第 {spelled_at} 步的测量点。" if spelled_at is not None
+                     else "这次训练没有降到 2.0 以下。"))
+
+    if not samples:
+        print_wrapped(" 2. 这次没有生成样本（--samples 0），不评价拼写。")
+    elif n_words == 0:
+        print_wrapped(" 2. 样本里没有一个完整的词：拼写还没学会 spelling not learned yet。")
+    else:
+        share = n_real / n_words
+        if share >= SPELLING_LEARNED:
+            spelling = "拼写基本学会了 spelling mostly learned" + (
+                "。" if n_real == n_words else f"，其余 {n_words - n_real} 个是拼错或编出来的词。")
+        elif share >= SPELLING_STARTED:
+            spelling = (f"另外 {n_words - n_real} 个是拼错或编出来的词：拼写学了大半，"
+                        "还没学完 not yet learned。")
+        else:
+            spelling = "不到一半：拼写还没学会 spelling not learned yet。"
+        rough = f"（只有 {n_words} 个词，这个比例很粗。）" if n_words < FEW_WORDS else ""
+        print_wrapped(f" 2. 样本的 {n_words} 个完整的词里，{n_real} 个（{share:.0%}）是训练文本里有的词 "
+                      f"real words；" + spelling + rough + "真词只说明拼写对，不说明内容对。")
+
     n_correct = sum(r[4] for r in rows)
     n_baseline = round(baseline * len(rows))
-    if accuracy >= 2 * baseline and n_correct - n_baseline >= 10:
-        verdict = "模型记住了不少具体的事实，而不只是统计规律。"
-    elif n_correct > n_baseline:
-        verdict = (f"只比这个基线多答对 {n_correct - n_baseline} 个（{n_correct} 对 {n_baseline}）："
-                   "拼写和句式学会了，具体的事实这个小模型几乎还没记住。")
+    difference, sd = probe_noise(n_correct, n_baseline, len(rows))
+    verdict = probe_verdict(difference, sd)
+    if verdict == "beyond":
+        conclusion = (f"多答对 {difference} 个，超过 {NOISE_SDS} 个标准差（{NOISE_SDS * sd:.1f}）：超出噪声 "
+                      "beyond noise——模型记住了一些具体的事实，不只是统计规律。")
+    elif verdict == "below":
+        conclusion = (f"少答对 {-difference} 个，超过 {NOISE_SDS} 个标准差（{NOISE_SDS * sd:.1f}）：明显不如"
+                      "这个基线——模型还不如只按统计猜。")
     else:
-        verdict = "没有超过这个基线：拼写和句式学会了，具体的事实这个小模型还没记住。"
-    print(f" 2. 事实准确率 {accuracy:.0%}（{len(rows)} 个里答对 {n_correct} 个）；只会按统计猜'每种关系最常见的答案'"
-          f"的基线是 {baseline:.0%}。" + verdict)
-    print(" 3. base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
+        conclusion = (f"相差 {difference:+d} 个，在 {NOISE_SDS} 个标准差（±{NOISE_SDS * sd:.1f}）之内：在噪声之内 "
+                      "within noise——看不出模型记住了具体的事实。")
+    print_wrapped(f" 3. 事实准确率 {accuracy:.0%}（{len(rows)} 个里答对 {n_correct} 个）；只按统计猜'每种关系最常见的"
+                  f"答案'的基线 baseline 答对 {n_baseline} 个（{baseline:.0%}）。按二项分布 binomial，准确率"
+                  f" p = {(n_correct + n_baseline) / (2 * len(rows)):.1%}（两者的平均）时，{len(rows)} 个里答对的"
+                  f"个数的标准差 sd = sqrt(n·p·(1-p)) = {sd:.1f}。" + conclusion)
+    print_wrapped(" 4. base model 只会续写文本——它没有被教过回答问题，只是把问句当成文本接着写。")
     print(f"（训练用时 {history['seconds']:.0f} 秒" + ("，来自缓存里的记录）" if from_cache else "）"), file=sys.stderr)
     return {"final_bpc": final_bpc, "fact_accuracy": accuracy, "baseline_accuracy": baseline,
+            "n_correct": n_correct, "n_baseline": n_baseline, "probe_sd": sd, "probe_verdict": verdict,
+            "real_words": n_real, "sample_words": n_words, "samples": samples, "precision": run.precision,
             "history": history, "from_cache": from_cache}
 
 
