@@ -247,7 +247,9 @@ def make_model(config=BASE_CONFIG, seed=0):
     """Build a TinyGPT whose initial weights depend only on `seed`.
 
     Every weight is drawn from one torch.Generator seeded with `seed`, in the fixed order
-    of named_parameters(), so a seed gives bit-identical weights on any machine.
+    of named_parameters(), so a seed gives bit-identical initial weights on any machine.
+    (Building the modules draws from torch's global generator too, as nn.Linear and
+    nn.Embedding initialise themselves; every one of those values is then overwritten.)
     Linear and embedding weights ~ N(0, init_std); the two projections that write into
     the residual stream are scaled by 1/sqrt(2 * n_layer) (GPT-2), so the residual's
     variance does not grow with depth. Biases start at 0, LayerNorm gains at 1.
@@ -408,7 +410,7 @@ def make_adamw(model, config):
     return torch.optim.AdamW(groups, lr=config.peak_lr, betas=(config.beta1, config.beta2))
 
 
-def plain_backward(bf16=True):
+def plain_backward(bf16=False):
     """A `backward` for train(): the single-process gradient, loss.backward() into p.grad."""
     def backward(model, x, y):
         loss = lm_loss(model, x, y, bf16=bf16)
