@@ -71,6 +71,7 @@ def test_wrap_keeps_every_line_within_the_width_and_loses_nothing():
     assert all(line.startswith("    ") for line in lines[1:])        # indented under " 2. "
     assert "".join(line.strip().replace(" ", "") for line in lines) == text.replace(" ", "")
     assert not any(line.strip()[0] in "，。）" for line in lines)       # no line starts with closing punctuation
+    assert not any(line.rstrip()[-1] == "（" for line in lines)          # ... nor ends with an opening one
 
 
 def test_wrap_breaks_between_english_words_not_inside_them():

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cli_args import int_at_least, int_in  # noqa: E402
-from console import bar_chart, print_header, print_table  # noqa: E402
+from console import bar_chart, print_header, print_table, print_wrapped  # noqa: E402
 from fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world  # noqa: E402
 
 WRAP_COLUMNS = 88            # sample sentences are wrapped to this width
@@ -239,8 +239,8 @@ def show_observations(world, counts):
         print(f"    字母表的 {len(ALPHABET)} 个字符全部出现过 all characters occur。")
     print(f" 2. 均匀猜测 uniform guess 每个字符要 log2({len(ALPHABET)}) = {uniform_bits:.2f} 比特 bits；")
     print(f"    只知道字符频率的模型 unigram model 要 {entropy_bits:.2f} 比特（频率的熵 entropy）。")
-    print(f"    不看上下文 context 的模型，在训练文本上最少也要 {entropy_bits:.2f} 比特每字符；"
-          "要更低，就得利用前文（代码 2 的 base model）。")
+    print_wrapped(f"    不看上下文 context 的模型，在训练文本上最少也要 {entropy_bits:.2f} 比特每字符；"
+                  "要更低，就得利用前文（代码 2 的 base model）。", indent="    ")
     homes = [(f.subject, f.object) for f in world.facts if f.relation == "lives_in"]
     mentions = docs_mentioning_both(world.train_documents, homes)
     print(f" 3. {len(world.facts)} 条事实 facts 分散在 {len(world.train_documents)} 篇训练文档里。"

@@ -144,6 +144,7 @@ def histogram_lines(values, n_bins=16, markers=(), width=30, value_format="{:.1f
 # word, a number with its unit), one wide character (a 汉字 may break anywhere), or spaces.
 _TOKEN = re.compile(r"[^\s\u1100-\uffff]+|\s+|.")
 _NO_LINE_START = set("，。、；：？！）》」』”’%,.;:)")   # punctuation that never begins a line
+_NO_LINE_END = set("（《「『“‘(")                        # ... or ends one
 
 
 def _is_wide(ch):
@@ -176,6 +177,8 @@ def wrap(text, width=LINE_WIDTH, indent=None):
             last = _TOKEN.findall(line)[-1]
             if not last.isspace():
                 line, carry = line[:-len(last)], last
+        while line.strip() and line[-1] in _NO_LINE_END:    # an opening bracket goes down too
+            line, carry = line[:-1], line[-1] + carry
         if line.strip():
             lines.append(line.rstrip())
         line = indent + carry
