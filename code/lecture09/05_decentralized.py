@@ -12,30 +12,32 @@ compressing what workers send.
       随机分配、两种手工分配、局部搜索（严格 / 允许平移）、Yuan et al. 的遗传算法，
       以及可以证明的最优分配（proven optimum）：每种方法离最优有多远？比数据中心慢多少？
     演示 2（demo 2）：在第 1 讲的小 GPT 上做 4 个工作者的数据并行，每个工作者的梯度先压缩再"发送"：
-      fp16、int8、top-1%、只发符号，有没有误差反馈（error feedback）；配 AdamW + 裁剪，以及带动量的 SGD。
+      fp16、int8、top-1%、只发符号，有没有误差反馈（error feedback）；配 AdamW + 裁剪，以及普通 SGD；
+      每一行和不压缩相比的配对差（paired difference），--seeds N 时给出种子之间的范围。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 7 节
 
 运行 (run):
-    python3 code/lecture09/05_decentralized.py             # 全部，约 50 秒（2 核机器，中位数）
-    python3 code/lecture09/05_decentralized.py --demo 1    # 只跑演示 1，约 4 秒
+    python3 code/lecture09/05_decentralized.py             # 全部，时间见 README（2 核机器，中位数）
+    python3 code/lecture09/05_decentralized.py --demo 1    # 只跑演示 1，几秒钟
+    python3 code/lecture09/05_decentralized.py --demo 2 --seeds 3     # 每一行 3 组种子：平均和范围
     python3 code/lecture09/05_decentralized.py --demo 2 --topk-ratio 0.05 --steps 600
     python3 code/lecture09/05_decentralized.py --network aws-world   # Yuan et al. 实测的 8 城市网络
     python3 code/lecture09/05_decentralized.py --quick     # 很小的设置，几秒钟（测试用）
     python3 code/lecture09/05_decentralized.py --help      # 所有参数
 
-演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--control 再加一个换了数据顺序的对照），各 300 步，
-每个约 10 秒；在 --jobs 个进程里并行（默认 2；每个进程 1 个 torch 线程，结果与进程数无关）。
-前向计算用 bf16 混合精度（--fp32 关掉）。
-表格每次运行都一样；用时（elapsed）打印到 stderr。
-需要 (needs): numpy、torch；本目录的 dist_sim.py、compression.py；code/lecture01 的
-fm_world.py、tiny_gpt.py、console.py。从随机初始化开始训练，不读也不写第 1 讲的缓存。
+演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--seeds N 时 10 × N 个），各 300 步，
+在 --jobs 个进程里并行（默认 2；每个进程 1 个 torch 线程，结果与进程数无关）。每一行都和同一优化器、
+同样种子的不压缩那一行相减（配对差 Δ），观察的措辞由 Δ 和容差 compressed_dp.DELTA_TOLERANCE_BPC 决定。
+前向精度 --precision auto：CPU 有 bf16 硬件（AVX512-BF16 或 AMX）就用 bf16 混合精度，否则 fp32。
+演示 1 是纯算术，在任何机器上逐位相同；演示 2 的 bits/字符 随 CPU 和种子变（讲义 7.7 节：差多少、为什么）。
+用时（elapsed）打印到 stderr。
+需要 (needs): numpy、torch；本目录的 dist_sim.py、compression.py、compressed_dp.py；code/lecture01 的
+fm_world.py、tiny_gpt.py、console.py、cli_args.py。从随机初始化开始训练，不读也不写第 1 讲的缓存。
 """
 
 import argparse
-import functools
 import math
-import multiprocessing
 import random
 import statistics
 import sys
@@ -48,13 +50,14 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lecture01"))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 import dist_sim  # noqa: E402
 import tiny_gpt  # noqa: E402
-from cli_args import non_negative_float, non_negative_int, positive_float, positive_int, ratio  # noqa: E402
-from compression import ErrorFeedback, compress_vector  # noqa: E402
-from console import histogram_lines, pad, print_header, print_table  # noqa: E402
+import compressed_dp  # noqa: E402
+from cli_args import (add_precision_arguments, float_in, int_in, non_negative_float, non_negative_int, positive_float,  # noqa: E402
+                      positive_int, precision_from_args, ratio)
+from compressed_dp import Run, Seeds, Spread, TrainSetup  # noqa: E402
+from console import histogram_lines, pad, print_header, print_table, print_wrapped  # noqa: E402
 
 
 # =============================================================================
@@ -107,27 +110,17 @@ class ScheduleSetup:
 @dataclass(frozen=True)
 class CompressionSetup:
     """Demo 2: data parallelism on the lecture 1 model, gradients compressed per worker."""
-    steps: int = 300
-    n_workers: int = 4
-    batch_size: int = 32              # global batch: 8 sequences per worker
-    adamw_lr: float = 3e-3            # lecture 1's recipe
-    weight_decay: float = 0.1
-    betas: tuple = (0.9, 0.95)
-    clip_norm: float = 1.0            # global clipping after aggregation
-    sgd_lr: float = 0.3               # table (b): plain momentum SGD, the setting error feedback was designed for
-    sgd_momentum: float = 0.9
-    topk_ratio: float = 0.01          # top-1%
-    model_seed: int = 0
-    data_seed: int = 1
-    control: bool = False             # one extra uncompressed run with another data order (--control): the noise floor
-    bf16: bool = True                 # mixed-precision forward passes (tiny_gpt.lm_loss); --fp32 turns it off
-    world_seed: int = 0
+    train: TrainSetup = TrainSetup()  # steps, workers, optimizers, top-k ratio (compressed_dp.TrainSetup)
+    seeds: Seeds = Seeds()            # the first seed pair: model 0, data 1
+    n_seeds: int = 1                  # --seeds: every row over this many seed pairs (mean and range)
+    precision_choice: str = "auto"    # --precision; train.precision holds what it resolved to
     jobs: int = 2                     # training processes at once (2 cores)
 
 
 QUICK_SCHEDULE = dict(n_random=20, restarts=2, strict_iters=200, sideways_iters=600, genetic_budget=600,
                       genetic_population=3, genetic_local_iters=100)
-QUICK_COMPRESSION = dict(steps=12)
+QUICK_STEPS = 12
+MAX_SEEDS = 10                   # --seeds: 10 seed pairs x 10 rows = 100 runs, about 8 minutes on 2 cores
 
 
 # =============================================================================
@@ -181,7 +174,7 @@ def plateau_census(cost, assignment, n_proposals, seed):
     return lower, same, n_proposals - lower - same
 
 
-def run_demo1(setup, out=print):
+def run_demo1(setup, out=print_wrapped):
     """Print demo 1; return its figures (for the observations and the tests)."""
     geo, dc = build_networks(setup)
     n_gpus = setup.n_gpus
@@ -342,7 +335,7 @@ def run_demo1(setup, out=print):
     }
 
 
-def demo1_observations(setup, r, out=print):
+def demo1_observations(setup, r, out=print_wrapped):
     """Observations whose every number and comparison comes from this run's figures."""
     hand_pp, hand_dp = r["hand"]["pipelines_in_regions"], r["hand"]["dp_groups_in_regions"]
     mean_random = float(np.mean(r["random_costs"]))
@@ -410,206 +403,191 @@ def demo1_observations(setup, r, out=print):
 # Demo 2: gradient compression in data-parallel training
 # =============================================================================
 
+TABLE_A = (Run("不压缩（fp32）", "adamw", "none"),
+           Run("fp16", "adamw", "fp16"),
+           Run("int8（整个向量一个缩放因子）", "adamw", "int8"),
+           Run("top-k，没有误差反馈", "adamw", "topk"),
+           Run("top-k，有误差反馈", "adamw", "topk", error_feedback=True),
+           Run("只发符号，没有误差反馈", "adamw", "sign"),
+           Run("只发符号，有误差反馈", "adamw", "sign", error_feedback=True))
+TABLE_B = (Run("不压缩（fp32）", "sgd", "none"),
+           Run("top-k，没有误差反馈", "sgd", "topk"),
+           Run("top-k，有误差反馈", "sgd", "topk", error_feedback=True))
+
+WORDS = {"same": "和不压缩差不多", "worse": "比不压缩差", "better": "比不压缩好", "unclear": "好坏说不清"}
+
+
+def seed_list(setup):
+    return [setup.seeds.shifted(k) for k in range(setup.n_seeds)]
+
+
+def training_jobs(setup):
+    """(run, seeds, train setup) for every row and seed, row by row: the print order."""
+    return [(run, seeds, setup.train) for run in TABLE_A + TABLE_B for seeds in seed_list(setup)]
+
+
+def _signed(x, digits=4):
+    return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"   # never "-0.0000"
+
+
+def _bpc_cell(spread, n_seeds):
+    if spread.n == 0:
+        return "发散 diverged"
+    diverged = spread.n_total - spread.n
+    if n_seeds == 1:
+        return f"{spread.mean:.4f}"
+    text = f"{spread.mean:.4f}（{spread.low:.4f}–{spread.high:.4f}）"
+    return text + (f" {diverged}/{spread.n_total} 发散" if diverged else "")
+
+
+def _delta_cell(deltas, n_seeds):
+    finite = [d for d in deltas if math.isfinite(d)]
+    if len(finite) < len(deltas):
+        return "—"
+    if n_seeds == 1:
+        return _signed(finite[0])
+    d = Spread.of(finite)
+    return f"{_signed(d.mean)}（{_signed(d.low)}..{_signed(d.high)}）"
+
+
 @dataclass(frozen=True)
-class CompressionRun:
-    label: str
-    optimizer: str        # "adamw" (with clipping) or "sgd" (momentum, no clipping)
-    scheme: str           # compression.SCHEMES
-    error_feedback: bool
-    data_seed_override: int = -1   # >= 0 for the control run only
+class RowSummary:
+    run: Run
+    results: tuple          # RunResult per seed
+    deltas: tuple           # paired Δ per seed against the same optimizer's uncompressed run
+    bpc: Spread
+
+    @property
+    def verdict(self):
+        return compressed_dp.verdict(self.deltas)
 
 
-TABLE_A = (CompressionRun("不压缩（fp32）", "adamw", "none", False),
-           CompressionRun("fp16", "adamw", "fp16", False),
-           CompressionRun("int8（整个向量一个缩放因子）", "adamw", "int8", False),
-           CompressionRun("top-k，没有误差反馈", "adamw", "topk", False),
-           CompressionRun("top-k，有误差反馈", "adamw", "topk", True),
-           CompressionRun("只发符号，没有误差反馈", "adamw", "sign", False),
-           CompressionRun("只发符号，有误差反馈", "adamw", "sign", True))
-CONTROL_RUN = CompressionRun("（对照）不压缩，换一个数据顺序", "adamw", "none", False, data_seed_override=2)
-# Differences smaller than this (bits per character) are not called better or worse. The
-# --control run measures how much a different data order alone moves the result; at the
-# defaults it moved it by about 0.01 (see the notes), so we leave twice that.
-NOISE_TOLERANCE_BPC = 0.02
-TABLE_B = (CompressionRun("不压缩（fp32）", "sgd", "none", False),
-           CompressionRun("top-k，没有误差反馈", "sgd", "topk", False),
-           CompressionRun("top-k，有误差反馈", "sgd", "topk", True))
-
-
-@functools.lru_cache(maxsize=2)
-def world_tokens(world_seed):
-    """(train, val) token tensors, built once per process."""
-    return tiny_gpt.load_world_tokens(world_seed)
-
-
-def compressed_backward(n_workers, scheme, error_feedback, topk_ratio, stats, bf16=True):
-    """A `backward` for tiny_gpt.train: the batch is split across n_workers simulated
-    workers; each computes its own gradient, compresses it (with its own error-feedback
-    memory if asked) and 'sends' it; p.grad becomes the average of what was received.
-    stats collects wire bytes per worker per step and how many entries reached the receiver
-    as exact zeros (int8 rounds small entries to zero)."""
-    feedback = [ErrorFeedback() for _ in range(n_workers)] if error_feedback else None
-
-    def backward(model, x, y):
-        params = list(model.parameters())
-        per_worker = x.size(0) // n_workers
-        received = None
-        losses = []
-        for w in range(n_workers):
-            xs, ys = x[w * per_worker:(w + 1) * per_worker], y[w * per_worker:(w + 1) * per_worker]  # (b, T)
-            for p in params:
-                p.grad = None
-            loss = tiny_gpt.lm_loss(model, xs, ys, bf16=bf16)
-            loss.backward()
-            grad = torch.cat([p.grad.reshape(-1) for p in params])           # (n,) this worker's gradient
-            if feedback is not None:
-                sent, wire_bytes = feedback[w].compress(grad, scheme, topk_ratio)
-            else:
-                sent, wire_bytes = compress_vector(grad, scheme, topk_ratio)
-            received = sent if received is None else received + sent
-            losses.append(loss.item())
-            stats["wire_bytes"] = wire_bytes
-            stats["zeros"] += int((sent == 0).sum()) - int((grad == 0).sum())
-            stats["entries"] += grad.numel()
-        average = received / n_workers                                           # (n,)
-        offset = 0
-        for p in params:
-            p.grad = average[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        return sum(losses) / n_workers
-
-    return backward
-
-
-def train_compressed(run, setup):
-    """Train BASE_CONFIG from scratch with compressed worker gradients; return figures.
-
-    The worker's view is exact: with scheme "none" the average of the four worker
-    gradients equals the gradient of the whole batch (tests check this)."""
-    tiny_gpt.use_deterministic_threads()
-    started = time.perf_counter()
-    train_data, val_data = world_tokens(setup.world_seed)
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=setup.model_seed)
-    data_seed = run.data_seed_override if run.data_seed_override >= 0 else setup.data_seed
-    if run.optimizer == "adamw":
-        config = tiny_gpt.TrainConfig(steps=setup.steps, batch_size=setup.batch_size, peak_lr=setup.adamw_lr,
-                                      weight_decay=setup.weight_decay, beta1=setup.betas[0],
-                                      beta2=setup.betas[1], clip_norm=setup.clip_norm, data_seed=data_seed)
-        optimizer = tiny_gpt.make_adamw(model, config)
-    else:
-        config = tiny_gpt.TrainConfig(steps=setup.steps, batch_size=setup.batch_size, peak_lr=setup.sgd_lr,
-                                      clip_norm=0, data_seed=data_seed)
-        optimizer = torch.optim.SGD(model.parameters(), lr=setup.sgd_lr, momentum=setup.sgd_momentum)
-    stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    backward = compressed_backward(setup.n_workers, run.scheme, run.error_feedback, setup.topk_ratio, stats,
-                                   bf16=setup.bf16)
-    losses = tiny_gpt.train(model, train_data, config, optimizer=optimizer, backward=backward)
-    n = model.n_params()
-    return {"label": run.label, "bpc": tiny_gpt.bits_per_char(model, val_data),
-            "bytes_per_element": stats["wire_bytes"] / n, "n_params": n,
-            "zeroed_fraction": stats["zeros"] / stats["entries"],
-            "final_train_bits": sum(losses[-10:]) / min(10, len(losses)) / math.log(2),
-            "diverged": not all(math.isfinite(l) for l in losses),
-            "seconds": time.perf_counter() - started}
-
-
-def _train_job(args):
-    run, setup = args
-    return train_compressed(run, setup)
-
-
-def start_training(setup, runs):
-    """An iterator of results in the order of `runs`; with setup.jobs > 1 the runs train in
-    that many worker processes (spawn: each process starts clean with one torch thread)."""
-    jobs = [(run, setup) for run in runs]
-    if setup.jobs <= 1:
-        return None, map(_train_job, jobs)
-    pool = multiprocessing.get_context("spawn").Pool(min(setup.jobs, len(jobs)))
-    return pool, pool.imap(_train_job, jobs)
-
-
-def print_demo2(setup, results_iter, runs_a, runs_b, started, out=print):
-    """Print the two tables row by row as results arrive; return results by table."""
-    print_header(f"演示 2：梯度压缩（{setup.n_workers} 个工作者的数据并行，从随机初始化训练 {setup.steps} 步，"
-                 f"batch {setup.batch_size} = {setup.n_workers} × {setup.batch_size // setup.n_workers}）")
+def print_demo2(setup, results_iter, started, out=print_wrapped):
+    """Print both tables row by row as results arrive; return {Run.key: RowSummary}."""
+    n_seeds = setup.n_seeds
+    seeds = seed_list(setup)
+    t = setup.train
+    print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
+                 f"batch {t.batch_size} = {t.n_workers} × {t.batch_size // t.n_workers}）")
     out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, 0).n_params():,} 个参数）；"
-        f"每步每个工作者发送一个梯度向量；top-k 保留 {setup.topk_ratio:.1%}；验证集 bits/字符越低越好")
-    widths = (36, 16, 16, 18)
-    header = (pad("压缩方式", widths[0]) + pad("每个数平均字节", widths[1], ">")
-              + pad("通信量 ÷ fp32", widths[2], ">") + pad("验证集 bits/字符", widths[3], ">"))
-    tables = {}
-    for key, title, runs in (("a", f"(a) AdamW（lr {setup.adamw_lr:g}）+ 聚合后全局裁剪到 {setup.clip_norm:g}（第 1 讲的训练配方）", runs_a),
-                             ("b", f"(b) 带动量的 SGD（lr {setup.sgd_lr:g}，动量 {setup.sgd_momentum:g}），不裁剪（误差反馈的经典设定）", runs_b)):
+        f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
+    out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
+        f"验证集 bits/字符越低越好")
+    seed_text = "、".join(f"({s.model}, {s.data})" for s in seeds)
+    out(f"种子 seeds（模型 model, 数据 data）：{seed_text}。Δ = 这一行 − 同一优化器、同样种子的不压缩那一行"
+        "（配对差 paired difference）" + ("" if n_seeds == 1 else "；括号里是各种子的最小–最大"))
+    widths = (30, 9, 8, 25 if n_seeds > 1 else 12, 27 if n_seeds > 1 else 12)
+    header = (pad("压缩方式", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
+              + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">"))
+    summaries = {}
+    for title, runs in ((f"(a) AdamW（lr {t.adamw_lr:g}）+ 聚合后全局裁剪到 {t.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
+                        (f"(b) {sgd_name(t)}，不裁剪（误差反馈的经典设定）", TABLE_B)):
         out(f"\n{title}")
         out(header)
         out("-" * sum(widths))
-        tables[key] = []
         for run in runs:
-            r = next(results_iter)
-            tables[key].append(r)
-            bpc = f"{r['bpc']:.4f}" if math.isfinite(r["bpc"]) else "发散 diverged"
-            out(pad(run.label, widths[0]) + pad(f"{r['bytes_per_element']:.3f}", widths[1], ">")
-                + pad(f"{r['bytes_per_element'] / 4:.4f}", widths[2], ">") + pad(bpc, widths[3], ">"))
+            results = tuple(next(results_iter) for _ in seeds)
+            baseline = summaries.get(run.baseline_key)
+            base_results = results if baseline is None else baseline.results
+            deltas = tuple(compressed_dp.paired_deltas(results, base_results))
+            row = RowSummary(run, results, deltas, Spread.of(r.bpc for r in results))
+            summaries[run.key] = row
+            bytes_per_element = results[0].bytes_per_element
+            out(pad(run.label, widths[0]) + pad(f"{bytes_per_element:.3f}", widths[1], ">")
+                + pad(f"{bytes_per_element / 4:.4f}", widths[2], ">")
+                + pad(_bpc_cell(row.bpc, n_seeds), widths[3], ">")
+                + pad("—" if baseline is None else _delta_cell(deltas, n_seeds), widths[4], ">"))
             sys.stdout.flush()
             print(f"    （已用 elapsed {time.perf_counter() - started:.0f} 秒）", file=sys.stderr)
-    return tables
+    return summaries
 
 
-def demo2_observations(setup, tables, out=print):
-    a = {r["label"]: r for r in tables["a"]}
-    b = {r["label"]: r for r in tables["b"]}
-    base = a[TABLE_A[0].label]
-    control = a.get(CONTROL_RUN.label)
-    tolerance = NOISE_TOLERANCE_BPC
-    if control is not None:
-        tolerance = max(tolerance, abs(control["bpc"] - base["bpc"]))
+def sgd_name(t):
+    if t.sgd_momentum:
+        return f"带动量的 SGD（lr {t.sgd_lr:g}，动量 momentum {t.sgd_momentum:g}）"
+    return f"普通 SGD（lr {t.sgd_lr:g}，不带动量）"
 
-    def signed(d):
-        return f"{d:+.4f}" if round(d, 4) != 0 else "0.0000"   # never print "-0.0000"
 
-    def compare(x, ref):
-        d = x - ref
-        if abs(d) <= tolerance:
-            return f"和不压缩差不多（{x:.4f} 对 {ref:.4f}，差 {signed(d)}，在 ±{tolerance:.4f} 之内）"
-        return f"{'更差' if d > 0 else '更好'}（{x:.4f} 对 {ref:.4f}，差 {signed(d)}）"
+def precision_reason(choice, precision):
+    if choice != "auto":
+        return f"--precision {choice}"
+    return "auto：这台 CPU 有 bf16 硬件" if precision == "bf16" else "auto：这台 CPU 没有 bf16 硬件，用 fp32 更快"
 
-    fp16, int8 = a[TABLE_A[1].label], a[TABLE_A[2].label]
-    topk_a, topk_a_ef = a[TABLE_A[3].label], a[TABLE_A[4].label]
-    sign_a, sign_a_ef = a[TABLE_A[5].label], a[TABLE_A[6].label]
-    sgd, topk_b, topk_b_ef = (b[r.label] for r in TABLE_B)
-    sends = setup.steps * setup.topk_ratio
+
+def demo2_observations(setup, rows, out=print_wrapped):
+    """Observations worded from the paired differences, found by (optimizer, scheme, EF)."""
+    t = setup.train
+    tol = compressed_dp.DELTA_TOLERANCE_BPC
+    n_seeds = setup.n_seeds
+    every = "" if n_seeds == 1 else f"（{n_seeds} 个种子都如此才算）"
+
+    def row(optimizer, scheme, ef=False):
+        return rows[(optimizer, scheme, ef)]
+
+    def bpc(r):
+        return "发散（loss 变成 NaN）" if r.bpc.n == 0 else f"{r.bpc.mean:.4f}"
+
+    def delta(r):
+        return "—" if not all(math.isfinite(d) for d in r.deltas) else _signed(statistics.fmean(r.deltas))
+
+    def gains(without, with_ef):
+        """Per seed, how much error feedback lowers bits per char (positive = it helps);
+        +inf if the run without it diverged and the one with it did not."""
+        out_gains = []
+        for a, b in zip(without.results, with_ef.results, strict=True):
+            if a.diverged or b.diverged:
+                out_gains.append(math.nan if a.diverged == b.diverged else (math.inf if a.diverged else -math.inf))
+            else:
+                out_gains.append(a.bpc - b.bpc)
+        return out_gains
+
+    def gain_words(g):
+        v = compressed_dp.verdict([-x for x in g])     # verdict calls a positive difference "worse"
+        words = {"better": "有帮助", "worse": "反而有害", "same": "几乎没有影响", "unclear": "说不清有没有帮助"}[v]
+        if any(math.isinf(x) for x in g):
+            return words + ("（没有它就发散）" if all(x > 0 for x in g) else "（有一边发散）")
+        mean = statistics.fmean(g)
+        spread = "" if len(g) == 1 else f"，各种子 {_signed(min(g))}..{_signed(max(g))}"
+        return f"{words}（{'好了' if mean >= 0 else '差了'} {abs(mean):.4f}{spread}）"
+
+    base, base_sgd = row("adamw", "none"), row("sgd", "none")
+    fp16, int8 = row("adamw", "fp16"), row("adamw", "int8")
+    topk, topk_ef = row("adamw", "topk"), row("adamw", "topk", True)
+    sign, sign_ef = row("adamw", "sign"), row("adamw", "sign", True)
+    topk_sgd, topk_sgd_ef = row("sgd", "topk"), row("sgd", "topk", True)
     out("\n观察 Observations（演示 2）：")
-    if control is not None:
-        out(f" 0. 先量一量'噪声'：只换数据顺序（不压缩），bits/字符从 {base['bpc']:.4f} 变成 {control['bpc']:.4f}"
-            f"（差 {abs(control['bpc'] - base['bpc']):.4f}）。比 ±{tolerance:.4f} 还小的差别，这个小实验说不清。")
+    if n_seeds == 1:
+        noise = "bits/字符本身随种子和 CPU 变（讲义 7.7 节；--seeds 3 量一量）"
     else:
-        out(f" 0. 比 ±{tolerance:.2f} bits 还小的差别，这个 {setup.steps} 步的小实验说不清（加 --control 再训练一个"
-            "只换了数据顺序的对照，量一量噪声有多大）。")
-    out(f" 1. fp16：通信量减半，结果{compare(fp16['bpc'], base['bpc'])}。int8（整个向量一个缩放因子）：通信量 1/4，"
-        f"结果{compare(int8['bpc'], base['bpc'])}；缩放因子由最大的那个梯度决定，平均 {int8['zeroed_fraction']:.0%} "
-        "的分量被舍入成 0。实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
-    def shown(r):
-        return "发散（loss 变成 NaN）" if not math.isfinite(r["bpc"]) else f"{r['bpc']:.4f}"
-
-    out(f" 2. top-{setup.topk_ratio:.0%}：每步每个工作者只发 {setup.topk_ratio:.0%} 的分量，{setup.steps} 步里每个分量平均只被发出 "
-        f"{sends:g} 次。AdamW 下没有误差反馈 {shown(topk_a)}、有误差反馈 {shown(topk_a_ef)}（不压缩 {shown(base)}）；"
-        f"带动量的 SGD 下没有误差反馈 {shown(topk_b)}、有误差反馈 {shown(topk_b_ef)}（不压缩 {shown(sgd)}）。")
-    gain_adam = topk_a["bpc"] - topk_a_ef["bpc"]
-    adam_text = f"让 AdamW {'好了' if gain_adam > 0 else '差了'} {abs(gain_adam):.4f}"
-    if not math.isfinite(topk_b["bpc"]) and math.isfinite(topk_b_ef["bpc"]):
-        out(f"    没有误差反馈时，其余 {1 - setup.topk_ratio:.0%} 的分量这一步的梯度直接丢掉，这次 SGD（lr {setup.sgd_lr:g}）"
-            f"训练发散了；误差反馈把丢掉的部分攒起来以后再发，同样的设置能训练到 {topk_b_ef['bpc']:.4f}。"
-            f"误差反馈{adam_text}：对 SGD 帮助更大。")
-    else:
-        gain_sgd = topk_b["bpc"] - topk_b_ef["bpc"]
-        out(f"    误差反馈让 SGD {'好了' if gain_sgd > 0 else '差了'} {abs(gain_sgd):.4f}，{adam_text}"
-            + ("：对 SGD 帮助更大。" if gain_sgd > gain_adam else "：这次对 AdamW 的帮助不比 SGD 小。"))
-    sign_better = "不用" if sign_a["bpc"] < sign_a_ef["bpc"] else "用"
-    out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {sign_a['bpc']:.4f}，有误差反馈 {sign_a_ef['bpc']:.4f}"
-        f"——这次{sign_better}误差反馈更好。Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
-        "误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 "
-        f"{setup.clip_norm:g}）和 Adam 的归一化，不再是'晚一点发出去'那么简单。")
-    out(" 4. 这正是 1-bit Adam（Tang et al. 2021）的出发点：带误差补偿的压缩对 SGD 这类线性的优化器有效，"
+        int8_deltas = Spread.of(int8.deltas)
+        base_range, delta_range = base.bpc.high - base.bpc.low, int8_deltas.high - int8_deltas.low
+        noise = (f"这次 {n_seeds} 组种子之间，不压缩的 AdamW 相差 {base_range:.4f}，"
+                 f"int8 的 Δ {'只' if delta_range < base_range else ''}相差 {delta_range:.4f}")
+    out(f" 0. 怎么读：{noise}；所以每一行都和同样种子的不压缩那一行相减（Δ，配对差）。"
+        f"|Δ| ≤ {tol:g} 算'差不多'{every}。")
+    out(f" 1. fp16：通信量减半，{WORDS[fp16.verdict]}（Δ {delta(fp16)}）。int8（整个向量一个缩放因子）：通信量 1/4，"
+        f"{WORDS[int8.verdict]}（Δ {delta(int8)}）；缩放因子由最大的那个梯度决定，平均 "
+        f"{statistics.fmean(r.zeroed_fraction for r in int8.results):.0%} 的分量被舍入成 0。"
+        "实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
+    sends = t.steps * t.topk_ratio
+    out(f" 2. top-{t.topk_ratio:.0%}：每步每个工作者只发 {t.topk_ratio:.0%} 的分量，{t.steps} 步里每个分量平均只被发出 "
+        f"{sends:g} 次。AdamW：没有误差反馈 {bpc(topk)}、有误差反馈 {bpc(topk_ef)}（不压缩 {bpc(base)}）；"
+        f"{sgd_name(t)}：没有误差反馈 {bpc(topk_sgd)}、有误差反馈 {bpc(topk_sgd_ef)}（不压缩 {bpc(base_sgd)}）。")
+    gain_adam, gain_sgd = gains(topk, topk_ef), gains(topk_sgd, topk_sgd_ef)
+    sgd_minus_adam = [s - a for s, a in zip(gain_sgd, gain_adam)]
+    more = compressed_dp.verdict([-x for x in sgd_minus_adam])
+    comparison = {"better": "误差反馈对 SGD 帮助更大", "worse": "误差反馈对 AdamW 帮助更大",
+                  "same": "误差反馈对两种优化器的作用差不多", "unclear": "说不清误差反馈对哪种优化器帮助更大"}[more]
+    diverged_note = ("没有误差反馈的 SGD 这次发散了，" if topk_sgd.bpc.n == 0 else
+                     ("没有误差反馈的 SGD 在部分种子上发散了，" if topk_sgd.bpc.n < topk_sgd.bpc.n_total else ""))
+    out(f"    误差反馈：对 AdamW {gain_words(gain_adam)}，对 SGD {gain_words(gain_sgd)}。"
+        f"{diverged_note}{comparison}{every}。")
+    out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
+        f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(gains(sign, sign_ef))}。")
+    out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
+        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.clip_norm:g}）和 Adam 的归一化，"
+        "不再是'晚一点发出去'那么简单。")
+    out(" 4. 这正是 1-bit Adam（Tang et al. 2021）的出发点：误差反馈对 SGD 这类线性的优化器有效，"
         "对 Adam 这种非线性的优化器不能直接用。他们先用普通 Adam 热身，等方差项稳定后冻结它，再对动量做 1 bit 压缩"
         "（工作者和服务器两边都有误差反馈）：通信量最多少到 1/5，BERT-Large 预训练吞吐最多提高到 3.3 倍。")
     out(" 结论：压缩会和优化器、梯度裁剪互相影响，不能单独设计；这个几百步的玩具实验展示机制，不能决定哪种方法更好。")
@@ -626,9 +604,9 @@ def parse_args(argv=None):
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
     p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
-    p.add_argument("--seed", type=non_negative_int, default=s.net_seed,
-                   help="演示 1 随机网络的种子，也是演示 2 模型初始化的种子 (default 0)")
     g1 = p.add_argument_group("演示 1 demo 1")
+    g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
+                    help="随机网络的种子 seed of the random network (default %(default)s)")
     g1.add_argument("--network", choices=("random",) + tuple(dist_sim.PRESETS), default=s.network,
                     help="random: 随机抽的 4 地区网络；aws-world / aws-regional: Yuan et al. 实测的 AWS 链路")
     g1.add_argument("--intra-gbps", type=positive_float, default=s.intra_gbps, help="地区内带宽 Gbit/s (default 10)")
@@ -646,28 +624,39 @@ def parse_args(argv=None):
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default 40000)")
     g2 = p.add_argument_group("演示 2 demo 2")
-    g2.add_argument("--steps", type=positive_int, default=c.steps, help="训练步数 (default 300)")
-    g2.add_argument("--topk-ratio", type=ratio, default=c.topk_ratio, help="top-k 保留的比例 (default 0.01)")
-    g2.add_argument("--jobs", type=positive_int, default=c.jobs, help="同时训练的进程数 (default 2)")
-    g2.add_argument("--control", action="store_true",
-                    help="多训练一个只换数据顺序的不压缩对照，量一量噪声 (one more run: the noise floor)")
-    g2.add_argument("--fp32", action="store_true",
-                    help="前向不用 bf16 混合精度（没有 AVX512-BF16 的 CPU 上可能更快）pure fp32 forward")
+    t = c.train
+    g2.add_argument("--steps", type=positive_int, default=t.steps, help="训练步数 (default %(default)s)")
+    g2.add_argument("--topk-ratio", type=ratio, default=t.topk_ratio, help="top-k 保留的比例 (default %(default)s)")
+    g2.add_argument("--sgd-lr", type=positive_float, default=t.sgd_lr,
+                    help="表 (b) SGD 的学习率 SGD learning rate (default %(default)s)")
+    g2.add_argument("--sgd-momentum", type=float_in(0, 1, high_open=True), default=t.sgd_momentum,
+                    help="表 (b) SGD 的动量 momentum, 0 = 普通 SGD (default %(default)s)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=c.seeds.model,
+                    help="模型初始化的种子 model init seed (default %(default)s)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=c.seeds.data,
+                    help="数据顺序的种子 data order seed (default %(default)s)")
+    g2.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=c.n_seeds,
+                    help="每一行训练几组种子，打印平均和范围；第 k 组是 (模型+k, 数据+k) "
+                         "(seed pairs per row, default %(default)s)")
+    g2.add_argument("--jobs", type=positive_int, default=c.jobs, help="同时训练的进程数 (default %(default)s)")
+    add_precision_arguments(g2)
     args = p.parse_args(argv)
     for name in ("inter_gbps", "inter_latency_ms"):
         lo, hi = getattr(args, name)
         if lo > hi:
             p.error(f"--{name.replace('_', '-')}: LO ({lo:g}) 大于 HI ({hi:g})")
     schedule = replace(s, network=args.network, intra_gbps=args.intra_gbps, inter_gbps_range=tuple(args.inter_gbps),
-                       inter_latency_ms_range=tuple(args.inter_latency_ms), net_seed=args.seed,
+                       inter_latency_ms_range=tuple(args.inter_latency_ms), net_seed=args.net_seed,
                        global_batch=args.global_batch, n_random=args.random_layouts, restarts=args.restarts,
                        strict_iters=args.strict_iters, sideways_iters=args.sideways_iters,
                        genetic_budget=args.genetic_budget)
-    compression = replace(c, steps=args.steps, topk_ratio=args.topk_ratio, jobs=args.jobs, model_seed=args.seed,
-                          control=args.control, bf16=not args.fp32)
+    train = replace(t, steps=QUICK_STEPS if args.quick else args.steps, topk_ratio=args.topk_ratio,
+                    sgd_lr=args.sgd_lr, sgd_momentum=args.sgd_momentum,
+                    precision=precision_from_args(args))
+    compression = replace(c, train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds,
+                          precision_choice="fp32" if args.fp32 else args.precision, jobs=args.jobs)
     if args.quick:
         schedule = replace(schedule, **QUICK_SCHEDULE)
-        compression = replace(compression, **QUICK_COMPRESSION)
     if schedule.global_batch < schedule.n_replicas:
         p.error(f"--global-batch must be at least the {schedule.n_replicas} replicas")
     if schedule.genetic_budget < schedule.genetic_population * (schedule.genetic_local_iters + 1):
@@ -681,20 +670,18 @@ def main(argv=None):
     started = time.perf_counter()
     results = {}
     pool = results_iter = None
-    runs_a = TABLE_A + ((CONTROL_RUN,) if compression.control else ())
-    runs_b = TABLE_B
     if args.demo in ("2", "all"):
         # Training starts first, in worker processes, so it overlaps demo 1's search.
-        pool, results_iter = start_training(compression, runs_a + runs_b)
+        pool, results_iter = compressed_dp.start_training(training_jobs(compression), compression.jobs)
     try:
         if args.demo in ("1", "all"):
             results["demo1"] = run_demo1(schedule)
             demo1_observations(schedule, results["demo1"])
             print()
         if args.demo in ("2", "all"):
-            tables = print_demo2(compression, results_iter, runs_a, runs_b, started)
-            demo2_observations(compression, tables)
-            results["demo2"] = tables
+            rows = print_demo2(compression, results_iter, started)
+            demo2_observations(compression, rows)
+            results["demo2"] = rows
     finally:
         if pool is not None:
             pool.terminate()
@@ -703,4 +690,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:          # main()'s finally has already stopped the training processes
+        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
