@@ -1,26 +1,42 @@
-"""Claims tests: run each script once at its default settings, as a student would, and
-check what the notes say about it. Slow (minutes), and part of CI on purpose: the notes
-can never drift from what the code prints.
+"""Claims tests for lecture 9: run code 5 and code 6 as a student would and check what the
+notes (§7) say about them. Slow (minutes), and part of CI on purpose.
 
-Rule for the notes: every decimal number in a checked section appears verbatim in the
-default output of the script it pairs with (or is a stated parameter in ALLOWED_CONSTANTS).
+Two kinds of figure, two kinds of check:
+- machine-independent figures (demo 1's costs and counts, bytes on the wire, parameter
+  counts) appear in the notes exactly as the default run prints them: checked verbatim;
+- trained figures (bits per character and their paired differences Δ) move with the CPU
+  and the seed. The notes write them as "≈" with the range measured over 5 seed pairs;
+  the test checks that this machine's runs land inside that range, widened by
+  MACHINE_TOLERANCE_BPC. Every qualitative claim is checked on three runs: the default,
+  the same demo in the other forward precision (a second kernel path, the nearest thing
+  to another CPU we have), and a second seed pair.
 """
 
+import math
 import re
 
 import pytest
 
-from conftest import LECTURE01, LECTURE09, ROOT, decimals_in, notes_section, run_script
+from conftest import LECTURE09, ROOT, decimals_in, notes_section, run_script
 
-LECTURE01_NOTES = ROOT / "lectures" / "lecture01_base_model.md"
 LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 
 # Parameters and cited paper figures the notes may state without a run printing them.
-ALLOWED_CONSTANTS_01 = {"0.003", "0.0003", "0.1", "0.05", "0.02", "0.9", "0.95", "1.0", "0.8", "5.459"}
 ALLOWED_CONSTANTS_09 = {"1.3", "0.3", "0.1", "0.4", "0.9", "0.95", "0.01", "0.02", "1.7", "3.5", "2.7", "3.3",
                         "4.8", "1.0", "0.003", "0.5", "2.0", "4.0", "2.43", "0.001"}   # 0.1 / 0.001: flag values in exercises
 
+# How far one seed's trained figure moves between CPUs with the pinned versions: measured
+# up to 0.006 bits/char (an AMX machine against an AVX512-BF16 one, issue 8) and 0.00x
+# between bf16 and fp32 here; 0.01 leaves a margin.
+MACHINE_TOLERANCE_BPC = 0.01
+TOLERANCE_BPC = 0.01        # compressed_dp.DELTA_TOLERANCE_BPC: what the observations call "about the same"
+
 pytestmark = pytest.mark.slow
+
+
+def _other_precision():
+    import tiny_gpt
+    return "fp32" if tiny_gpt.resolve_precision("auto") == "bf16" else "bf16"
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +45,69 @@ def code5_output():
 
 
 @pytest.fixture(scope="module")
+def code5_runs(code5_output):
+    """Demo 2 three ways: default, the other forward precision, another seed pair."""
+    return {"default": code5_output,
+            "other precision": run_script(LECTURE09 / "05_decentralized.py", "--demo", "2",
+                                          "--precision", _other_precision()),
+            "second seed": run_script(LECTURE09 / "05_decentralized.py", "--demo", "2",
+                                      "--model-seed", "1", "--data-seed", "2")}
+
+
+@pytest.fixture(scope="module")
 def code6_output():
     return run_script(LECTURE09 / "06_swarm_http.py")
 
 
-@pytest.fixture(scope="module")
-def lecture1_outputs():
-    return (run_script(LECTURE01 / "01_world.py")
-            + run_script(LECTURE01 / "02_train_base.py", "--no-cache"))
+def says(output, phrase):
+    """Whether the output says `phrase`, wherever console.wrap broke its lines (spaces and
+    line breaks ignored on both sides)."""
+    return re.sub(r"\s+", "", phrase) in re.sub(r"\s+", "", output)
 
 
-def _table_value(output, label, column=-1):
-    """The last (or given) column of the first table row that starts with `label`."""
+def _number(text):
+    text = text.replace("−", "-")
+    return math.nan if "发散" in text else float(text)
+
+
+def demo2_tables(output):
+    """{("adamw" | "sgd", row label): (bytes/element, ÷ fp32, bpc, Δ)} from demo 2's output
+    at --seeds 1 (a diverged bpc is nan, its Δ None)."""
+    rows = {}
+    optimizer = None
     for line in output.splitlines():
-        if line.startswith(label):
-            return line.split()[column]
-    raise AssertionError(f"no row {label!r} in the output")
+        if line.startswith("(a) AdamW"):
+            optimizer = "adamw"
+        elif line.startswith("(b) "):
+            optimizer = "sgd"
+        m = re.match(r"^(\S.*?)\s+(\d\.\d{3})\s+(\d\.\d{4})\s+(\d\.\d{4}|发散 diverged)\s+(\S+)$", line)
+        if m and optimizer:
+            delta = None if m.group(5) == "—" else _number(m.group(5))
+            rows[(optimizer, m.group(1))] = (m.group(2), m.group(3), _number(m.group(4)), delta)
+    assert len(rows) == 10, f"demo 2 printed {len(rows)} rows, expected 10"
+    return rows
+
+
+NONE, FP16, INT8 = "不压缩（fp32）", "fp16", "int8（整个向量一个缩放因子）"
+TOPK, TOPK_EF = "top-k，没有误差反馈", "top-k，有误差反馈"
+SIGN, SIGN_EF = "只发符号，没有误差反馈", "只发符号，有误差反馈"
+
+
+def _notes_tables(section):
+    """Markdown table rows of a notes section, as lists of stripped cells."""
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+
+
+def _range(cell):
+    """(low, high) of a notes cell like "≈1.55（1.54–1.56）" or "≈+1.05（+0.98..+1.12）"."""
+    numbers = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", cell.replace("−", "-"))]
+    assert len(numbers) == 3, f"cannot read a range from {cell!r}"
+    return numbers[1], numbers[2]
+
+
+def _within(value, low, high):
+    return low - MACHINE_TOLERANCE_BPC <= value <= high + MACHINE_TOLERANCE_BPC
 
 
 def _without_section_references(text):
@@ -53,15 +116,62 @@ def _without_section_references(text):
     return re.sub(r"\d+\.\d+(–\d+\.\d+)? ?节|§\d+(\.\d+)?", " ", text)
 
 
-def test_code5_numbers_in_notes_section_7_come_from_the_default_run(code5_output, code6_output):
-    section = _without_section_references(notes_section(LECTURE09_NOTES, "## 7"))
+TRAINED = re.compile(r"≈[^\s|，。；、]*")     # a trained figure with its range: "≈1.55（1.54–1.56）"
+
+
+def test_exact_numbers_in_notes_section_7_come_from_the_default_runs(code5_output, code6_output):
+    """Every number of §7 not marked "≈" is printed verbatim by a default run (or is a parameter)."""
+    section = TRAINED.sub(" ", _without_section_references(notes_section(LECTURE09_NOTES, "## 7")))
     missing = sorted({d for d in decimals_in(section)
                       if d not in code5_output and d not in code6_output and d not in ALLOWED_CONSTANTS_09})
     assert not missing, f"numbers in the notes that no default run printed: {missing}"
 
 
+def test_trained_figures_in_the_notes_hold_on_this_machine(code5_runs):
+    """§7.7's table: bytes exactly; bits per char and Δ inside the quoted 5-seed range."""
+    section = notes_section(LECTURE09_NOTES, "### 7.7")
+    checked = 0
+    for name, output in code5_runs.items():
+        tables = demo2_tables(output)
+        for cells in _notes_tables(section):
+            if cells[0] not in ("AdamW", "SGD") or len(cells) != 6:
+                continue
+            optimizer = cells[0].lower()
+            bytes_per_element, ratio, bpc, delta = tables[(optimizer, cells[1])]
+            assert (cells[2], cells[3]) == (bytes_per_element, ratio), (name, cells)
+            if "发散" in cells[4] and math.isnan(bpc):
+                checked += 1
+                continue
+            assert _within(bpc, *_range(cells[4])), f"{name}: {cells[1]} bpc {bpc} outside {cells[4]}"
+            if cells[5] != "—":
+                assert delta is not None and _within(delta, *_range(cells[5])), \
+                    f"{name}: {cells[1]} Δ {delta} outside {cells[5]}"
+            checked += 1
+    assert checked == 3 * 10
+
+
+def _gains(tables):
+    adamw = tables[("adamw", TOPK)][2] - tables[("adamw", TOPK_EF)][2]
+    sgd_plain, sgd_ef = tables[("sgd", TOPK)][2], tables[("sgd", TOPK_EF)][2]
+    sgd = math.inf if math.isnan(sgd_plain) else sgd_plain - sgd_ef
+    sign = tables[("adamw", SIGN)][2] - tables[("adamw", SIGN_EF)][2]
+    return {"top-k，AdamW": adamw, "top-k，SGD": sgd, "只发符号，AdamW": sign}
+
+
+def test_error_feedback_gains_in_the_notes_hold_on_this_machine(code5_runs):
+    section = notes_section(LECTURE09_NOTES, "### 7.7")
+    rows = {cells[0]: cells[1] for cells in _notes_tables(section) if len(cells) == 2}
+    for name, output in code5_runs.items():
+        for label, gain in _gains(demo2_tables(output)).items():
+            cell = rows[label]
+            if math.isinf(gain):
+                assert "发散" in cell, f"{name}: {label} diverged, the notes do not allow it"
+            else:
+                assert _within(gain, *_range(cell)), f"{name}: {label} gain {gain} outside {cell}"
+
+
 def test_code5_demo1_claims(code5_output):
-    """What section 7 says about scheduling, checked on this run."""
+    """What section 7 says about scheduling, checked on this run (pure arithmetic)."""
     rows = {}
     for line in code5_output.splitlines():
         m = re.match(r"^(\S.*?)\s+(\d+\.\d+) 秒\s+(\d+\.\d)\s", line)
@@ -75,26 +185,46 @@ def test_code5_demo1_claims(code5_output):
     assert rows["局部搜索，允许平移（5 次里最好的）"] < rows["局部搜索，严格下降（5 次里最好的）"]
     seeds = re.search(r"遗传算法（各 \d+ 次代价计算，种群 \d+）：(.*)", code5_output).group(1)
     assert all(float(c) <= min(hand_pp, hand_dp) + 1e-9 for c in seeds.split("、"))   # the issue's goal
-    assert "5 个种子里有 5 个不差于最好的手工分配" in code5_output
+    assert says(code5_output, "5 个种子里有 5 个不差于最好的手工分配")
 
 
-def test_code5_demo2_claims(code5_output):
-    base = float(_table_value(code5_output, "不压缩（fp32）"))
-    assert base <= 1.7                                          # lecture 1's model learns in 300 steps
-    fp16 = float(_table_value(code5_output, "fp16"))
-    int8 = float(_table_value(code5_output, "int8"))
-    assert abs(fp16 - base) <= 0.02 and abs(int8 - base) <= 0.02   # "fp16 and int8 are nearly free"
-    sign_plain = float(_table_value(code5_output, "只发符号，没有误差反馈"))
-    sign_ef = float(_table_value(code5_output, "只发符号，有误差反馈"))
-    assert sign_plain < sign_ef                                  # with Adam + clipping, EF hurts sign
-    assert "对 SGD 帮助更大" in code5_output                       # EF helps top-k more under SGD
-    table_b = code5_output[code5_output.index("(b) 带动量的 SGD"):]
-    assert _table_value(table_b, "top-k，没有误差反馈", -2) == "发散"   # the notes: it diverged this time
-    assert float(_table_value(table_b, "top-k，有误差反馈")) < 5.0
+@pytest.mark.parametrize("run", ["default", "other precision", "second seed"])
+def test_code5_demo2_claims_hold_in_every_run(code5_runs, run):
+    """§7.7's qualitative claims, with margins, on every kernel path and seed we have."""
+    output = code5_runs[run]
+    t = demo2_tables(output)
+    base = t[("adamw", NONE)][2]
+    assert base <= 1.7                                              # lecture 1's model learns in 300 steps
+    assert abs(t[("adamw", FP16)][3]) <= TOLERANCE_BPC             # "fp16 is free"
+    assert abs(t[("adamw", INT8)][3]) <= TOLERANCE_BPC             # "int8 is nearly free"
+    assert says(output, "fp16：通信量减半，和不压缩差不多") and says(output, "通信量 1/4，和不压缩差不多")
+    assert t[("adamw", TOPK)][3] > 0.5 and t[("adamw", TOPK_EF)][3] > 0.5    # top-1% costs a lot either way
+    gains = _gains(t)
+    assert gains["top-k，AdamW"] > TOLERANCE_BPC                   # error feedback helps AdamW a little
+    assert gains["top-k，SGD"] > gains["top-k，AdamW"] + 0.5        # ... and SGD far more (or SGD diverges without)
+    assert says(output, "误差反馈对 SGD 帮助更大")
+    assert t[("adamw", SIGN)][3] > TOLERANCE_BPC                   # sign alone is worse than none ...
+    assert gains["只发符号，AdamW"] < -0.2                          # ... and error feedback makes it worse still
+    assert says(output, "误差反馈在这里反而有害")
+    if math.isfinite(t[("sgd", TOPK)][2]):                          # plain SGD: error feedback recovers
+        assert t[("sgd", TOPK_EF)][3] < 0.5 * t[("sgd", TOPK)][3]   # most of what top-k lost
 
 
-def test_lecture1_numbers_in_notes_come_from_the_default_runs(lecture1_outputs):
-    text = _without_section_references(LECTURE01_NOTES.read_text(encoding="utf-8"))
-    missing = sorted({d for d in decimals_in(text)
-                      if d not in lecture1_outputs and d not in ALLOWED_CONSTANTS_01})
-    assert not missing, f"numbers in the notes that no default run printed: {missing}"
+def test_code6_bpc_figures_in_the_notes_hold_on_this_machine(code6_output):
+    """§7.11 quotes the swarm's validation bpc as ≈ figures; a sync run is deterministic
+    on one machine, and another CPU moves it by less than the tolerance."""
+    section = notes_section(LECTURE09_NOTES, "### 7.11")
+    quoted = {}
+    for cells in _notes_tables(section):
+        if cells[0] in ("none", "topk", "topk-int8") and cells[-1].startswith("≈"):
+            quoted[cells[0]] = float(cells[-1].lstrip("≈"))
+    assert set(quoted) == {"none", "topk", "topk-int8"}
+    printed = {}
+    for line in code6_output.splitlines():
+        m = re.match(r"^(none|topk|topk-int8)\s.*\s(\d\.\d{4})\s*$", line)
+        if m:
+            printed.setdefault(m.group(1), float(m.group(2)))
+    for mode, value in quoted.items():
+        assert abs(printed[mode] - value) <= 0.02, (mode, printed[mode], value)
+    assert abs(printed["topk"] - printed["topk-int8"]) <= TOLERANCE_BPC   # "int8 barely changes the result"
+    assert printed["none"] < printed["topk"] - 0.3                         # "compression costs bpc in 60 steps"
