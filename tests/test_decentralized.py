@@ -52,6 +52,9 @@ def test_measured_network_preset_runs(capsys):
                                   ["--inter-gbps", "2", "1"], ["--inter-gbps", "-1", "1"], ["--demo", "3"],
                                   ["--network", "mars"], ["--jobs", "0"], ["--model-seed", "x"],
                                   ["--seeds", "0"], ["--seeds", "11"], ["--precision", "fp16"], ["--net-seed", "-1"],
+                                  ["--global-batch", "30000000"], ["--inter-gbps", "1e300", "1e300"],
+                                  ["--intra-gbps", "1e-300"], ["--inter-latency-ms", "1e308", "1e308"],
+                                  ["--sgd-momentum", "1"],
                                   ["--inter-latency-ms", "5", "nan"], ["--genetic-budget", "10"]])
 def test_nonsense_flags_exit_with_status_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -100,3 +103,17 @@ def test_quick_output_fits_a_projector():
     out = run_script(LECTURE09 / "05_decentralized.py", "--quick", "--seeds", "2")
     wide = [line for line in out.splitlines() if display_width(line) > LINE_WIDTH]
     assert not wide, wide[:3]
+
+
+def test_the_extremes_of_every_demo1_range_run_cleanly():
+    """The slowest, largest job the flags allow, and the fastest network: exact integer
+    picoseconds must not overflow, and the optimum must still be proven."""
+    import subprocess
+    import sys
+    for extreme in (["--global-batch", "100000", "--inter-gbps", "0.01", "0.01", "--intra-gbps", "0.01",
+                     "--inter-latency-ms", "10000", "10000"],
+                    ["--inter-gbps", "100000", "100000", "--intra-gbps", "100000", "--inter-latency-ms", "0", "0"]):
+        done = subprocess.run([sys.executable, str(LECTURE09 / "05_decentralized.py"), "--quick", "--demo", "1",
+                               *extreme], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "Warning" not in done.stderr and "Traceback" not in done.stderr
+        assert "最优（已证明）proven optimum" in done.stdout

@@ -120,6 +120,11 @@ class CompressionSetup:
 QUICK_SCHEDULE = dict(n_random=20, restarts=2, strict_iters=200, sideways_iters=600, genetic_budget=600,
                       genetic_population=3, genetic_local_iters=100)
 QUICK_STEPS = 12
+# Flag ranges: wide enough for any real network and job, narrow enough that the
+# picosecond arithmetic of dist_sim stays exact (int64) and the searches finish.
+GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
+LATENCY_MS = float_in(0, 1e4)            # up to 10 s
+MAX_GLOBAL_BATCH = 100_000
 MAX_SEEDS = 10                   # --seeds: 10 seed pairs x 10 rows = 100 runs, about 8 minutes on 2 cores
 
 
@@ -609,13 +614,13 @@ def parse_args(argv=None):
                     help="随机网络的种子 seed of the random network (default %(default)s)")
     g1.add_argument("--network", choices=("random",) + tuple(dist_sim.PRESETS), default=s.network,
                     help="random: 随机抽的 4 地区网络；aws-world / aws-regional: Yuan et al. 实测的 AWS 链路")
-    g1.add_argument("--intra-gbps", type=positive_float, default=s.intra_gbps, help="地区内带宽 Gbit/s (default 10)")
-    g1.add_argument("--inter-gbps", type=positive_float, nargs=2, metavar=("LO", "HI"), default=s.inter_gbps_range,
+    g1.add_argument("--intra-gbps", type=GBPS, default=s.intra_gbps, help="地区内带宽 Gbit/s (default %(default)s)")
+    g1.add_argument("--inter-gbps", type=GBPS, nargs=2, metavar=("LO", "HI"), default=s.inter_gbps_range,
                     help="地区之间带宽范围 Gbit/s (default 0.3 1.3)")
-    g1.add_argument("--inter-latency-ms", type=non_negative_float, nargs=2, metavar=("LO", "HI"),
+    g1.add_argument("--inter-latency-ms", type=LATENCY_MS, nargs=2, metavar=("LO", "HI"),
                     default=s.inter_latency_ms_range, help="地区之间延迟范围 ms (default 10 250)")
-    g1.add_argument("--global-batch", type=positive_int, default=s.global_batch,
-                    help="全局 batch（序列数），决定激活流量 (default 1024)")
+    g1.add_argument("--global-batch", type=int_in(1, MAX_GLOBAL_BATCH), default=s.global_batch,
+                    help="全局 batch（序列数），决定激活流量 (default %(default)s)")
     g1.add_argument("--random-layouts", type=positive_int, default=s.n_random, help="随机分配的个数 (default 200)")
     g1.add_argument("--restarts", type=positive_int, default=s.restarts,
                     help="局部搜索重启次数，也是遗传算法的种子数 (default 5)")
