@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
+
 
 # =============================================================================
 # Hardware and network figures, with their sources (STYLE habit 7)
@@ -272,7 +274,8 @@ PRESETS = {"aws-world": aws_world_network, "aws-regional": aws_regional_network}
 def _cost_tables(net, n_replicas, stage_param_bytes, act_bytes):
     """Per-device-pair link costs in ps: (dp_rows, pp_rows), nested lists of ints.
 
-    dp_rows[d][e] = 2 * (latency + c_DP / (D_DP * bandwidth)) (Eq. 2's term),
+    dp_rows[d][e] = 2 * (latency + c_DP / (D_DP * bandwidth)) (Eq. 2's term; each bracket is
+    alpha_beta.alpha_beta_time_s, the α–β formula of §5),
     pp_rows[d][e] = 2 * (latency + c_PP / bandwidth) (Eq. 3-4's term); diagonals are 0.
     Cached on the network, keyed by the sizes: the draft evaluates 115,000 layouts.
     """
@@ -286,7 +289,7 @@ def _cost_tables(net, n_replicas, stage_param_bytes, act_bytes):
         return hit[2]
     tables = []
     for bits_per_link in (stage_param_bytes * 8 / n_replicas, act_bytes * 8):
-        cost_ps = np.rint(2 * (latency_s + bits_per_link / bandwidth_bps) * PS_PER_S).astype(np.int64)
+        cost_ps = np.rint(2 * alpha_beta_time_s(bits_per_link, latency_s, bandwidth_bps) * PS_PER_S).astype(np.int64)
         np.fill_diagonal(cost_ps, 0)
         tables.append(cost_ps.tolist())   # plain lists: indexing them beats numpy for 8-element groups
     if isinstance(net, Network):
