@@ -1,0 +1,546 @@
+"""
+第 9 讲 · 代码 4：流水线并行、张量并行，以及三者怎样组合
+Lecture 9, code 4: pipeline parallelism, tensor parallelism, and how they combine with data
+parallelism (3D parallelism).
+
+这个文件回答的问题 (the question)
+    模型放不进一张卡，就把它切开：按层切成几个阶段（流水线并行 pipeline parallelism），或者把一层里的矩阵
+    切开（张量并行 tensor parallelism）。切开以后卡会空等多少（气泡 bubble）？要多存多少激活？要传多少数据？
+    数据并行、流水线并行、张量并行怎样搭配？
+
+    演示 1（demo 1）：p 个阶段 × m 个 micro-batch 的两种调度——GPipe（全前向-全反向 AFAB）和 1F1B
+      （热身 warm-up / 稳定 steady state / 收尾 cooldown）：时间线、气泡 (p−1)/(m+p−1)、每个阶段最多存几个
+      micro-batch 的激活。
+    演示 2（demo 2）：第 1 讲的小 GPT 真的切成 2–4 个阶段，每个阶段一个 gloo 进程，用阻塞的 send/recv
+      传激活和梯度；两种调度算出的梯度和不切开的模型比。
+    演示 3（demo 3）：张量并行：按列切、按行切的线性层（Megatron-LM）在 2 个 gloo 进程上和 nn.Linear 比
+      （输出、输入梯度、权重梯度、偏置梯度）；每层要传多少、为什么张量并行只放在一台机器里。
+    演示 4（demo 4）：3D 并行的小规划器：给定模型和集群，几种 (DP, PP, TP) 组合的每卡显存、气泡、
+      每次迭代的通信（α–β 模型）和时间。
+
+对应讲义 (notes): lectures/lecture09_distributed_training.md 第 3、4、6 节
+
+运行 (run):
+    python3 code/lecture09/04_pipeline.py                 # 全部，时间见 README（2 核机器，中位数）
+    python3 code/lecture09/04_pipeline.py --demo 1 --stages 4 --micro-batches 4 --t-backward 2
+    python3 code/lecture09/04_pipeline.py --demo 2 --pipe-ranks 2
+    python3 code/lecture09/04_pipeline.py --demo 4 --plan-model 7B --plan-gpus 64 --global-batch 512
+    python3 code/lecture09/04_pipeline.py --quick         # 很小的设置（测试用）
+    python3 code/lecture09/04_pipeline.py --help
+
+演示 1、3 的流量表、4 是纯算术，在任何机器上逐位相同；演示 2、3 的"最大差"是浮点舍入，随 CPU 变，都在容差以内。
+GB 指 10^9 字节。用时（elapsed）打印到 stderr。
+需要 (needs): torch、numpy；本目录的 pipeline.py、tensor_parallel.py、parallel_plan.py、memory_model.py、
+alpha_beta.py、gloo_ranks.py、dist_sim.py；code/lecture01 的 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
+"""
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "lecture01"))
+
+import alpha_beta  # noqa: E402
+import memory_model as mm  # noqa: E402
+import parallel_plan  # noqa: E402
+import pipeline  # noqa: E402
+from cli_args import int_in, non_negative_int, positive_int  # noqa: E402
+from console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped  # noqa: E402
+
+
+# =============================================================================
+# Settings a student may change (flags below override them)
+# =============================================================================
+
+@dataclass(frozen=True)
+class ScheduleSetup:
+    """Demo 1: schedules on paper."""
+    n_stages: int = 4                  # p of the timeline
+    n_micro: int = 8                   # m of the timeline
+    t_forward: int = 1                 # time units of one forward of one micro-batch on one stage
+    t_backward: int = 1                # ... of one backward (about 2 in practice: try --t-backward 2)
+    table_stages: tuple = (1, 2, 4, 8)
+    table_micro: tuple = (1, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class RealSetup:
+    """Demos 2-3: real ranks on this machine."""
+    pipe_ranks: int = 4                # pipeline stages = gloo processes
+    pipe_micro: int = 8                # micro-batches per batch
+    batch_size: int = 16               # sequences in the batch (split into the micro-batches)
+    n_layer: int = 2                   # the lecture 1 model with 2 blocks: embedding, block, block, head = 4 pieces
+    model_seed: int = 0
+    data_seed: int = 1
+    tp_ranks: int = 2                  # tensor-parallel processes
+    tp_size: int = 8                   # TP size of the traffic table (one 8-GPU machine)
+
+
+@dataclass(frozen=True)
+class PlanSetup:
+    """Demo 4: the planner."""
+    model: str = "175B"
+    n_gpus: int = 1024
+    global_batch: int = 1536           # sequences per iteration (GPT-3's 3.2M tokens = 1536 x 2048)
+    micro_batch: int = 1
+    zero_stage: int = 1                # ZeRO stage across each data-parallel group
+    recompute: str = "selective"       # Korthikanti et al. 2022's recommendation
+    candidates: tuple = ((1, 1), (1, 8), (2, 8), (8, 8), (16, 8), (32, 1), (8, 16))   # (PP, TP) pairs to show
+
+
+QUICK_REAL = dict(pipe_ranks=2, pipe_micro=4, batch_size=4)   # m > p: GPipe and 1F1B hold different counts
+QUICK_SCHEDULE = dict(table_stages=(1, 2, 4), table_micro=(1, 4, 8))
+MAX_PIPE_RANKS = 4                     # 2 shared cores; and the 2-block model has 4 pieces to cut
+GRAD_ATOL = 1e-6                       # see check_pipeline
+TP_ATOL = 1e-5                         # see check_tensor_parallel
+
+
+# =============================================================================
+# Demo 1: schedules, bubble, activation memory
+# =============================================================================
+
+def phases(stage, n_stages, n_micro):
+    """1F1B's (warm-up forwards, steady 1F1B pairs, cool-down backwards) on one stage."""
+    warmup = min(n_stages - stage - 1, n_micro)
+    return warmup, n_micro - warmup, warmup
+
+
+def never_deadlocks(schedule, n_stages, n_micro):
+    try:
+        pipeline.check_rendezvous(pipeline.programs(schedule, n_stages, n_micro))
+    except RuntimeError:
+        return False
+    return True
+
+
+def run_demo1(setup, out=print_wrapped):
+    p, m = setup.n_stages, setup.n_micro
+    print_header(f"演示 1：{p} 个阶段 × {m} 个 micro-batch 的两种流水线调度（前向 {setup.t_forward}、"
+                 f"反向 {setup.t_backward} 个时间单位）")
+    timelines = {s: pipeline.simulate(s, p, m, setup.t_forward, setup.t_backward) for s in pipeline.SCHEDULES}
+    for schedule, timeline in timelines.items():
+        print()
+        out(f"{pipeline.SCHEDULE_NAMES[schedule]}：共 {timeline.total_time:g} 个时间单位，气泡 bubble "
+            f"{timeline.bubble_fraction:.1%}（F3 = 第 3 个 micro-batch 的前向，B3 = 它的反向，-- 同一个操作还在算，. 空闲）")
+        rows = pipeline.timeline_rows(timeline)
+        lines = [f"阶段 {s} │ {row}" for s, row in enumerate(rows)]
+        if max(display_width(line) for line in lines) > LINE_WIDTH:
+            out(f"（时间线超过 {LINE_WIDTH} 列，不画了：用更小的 --stages / --micro-batches）")
+        else:
+            for line in lines:
+                print(line)
+    print()
+    out("1F1B 每个阶段的三段（程序里的 # Warmup / # Steady state / # Cooldown）和最多存几个 micro-batch 的激活：")
+    rows = []
+    programs = {s: pipeline.programs(s, p, m) for s in pipeline.SCHEDULES}
+    for stage in range(p):
+        warm, steady, cool = phases(stage, p, m)
+        rows.append((f"阶段 {stage}", f"{warm} 个前向", f"{steady} 对 1F+1B", f"{cool} 个反向",
+                     pipeline.peak_activations(programs["gpipe"][stage]),
+                     pipeline.peak_activations(programs["1f1b"][stage])))
+    print_table(["", "热身 warm-up", "稳定 steady", "收尾 cooldown", "GPipe 最多存", "1F1B 最多存"], rows)
+
+    print()
+    out("气泡 (p − 1)/(m + p − 1)（公式；每一格都用 simulate 在两种调度、前向:反向 = 1:1 和 1:2 下核对）：")
+    checked, worst = 0, 0.0
+    table = []
+    for n_stages in setup.table_stages:
+        cells = []
+        for n_micro in setup.table_micro:
+            formula = pipeline.bubble_fraction(n_stages, n_micro)
+            for schedule in pipeline.SCHEDULES:
+                for t_b in (1, 2):
+                    simulated = pipeline.simulate(schedule, n_stages, n_micro, 1, t_b).bubble_fraction
+                    worst = max(worst, abs(simulated - formula))
+                    checked += 1
+            cells.append(f"{formula:.1%}")
+        table.append((f"p = {n_stages}", *cells))
+    print_table(["阶段数"] + [f"m = {n}" for n in setup.table_micro], table)
+    out(f"  {checked} 个模拟和公式的最大差 {worst:.1e}。")
+    print()
+    out("阶段 0 最多存几个 micro-batch 的激活（GPipe / 1F1B）：")
+    peaks = []
+    for n_stages in setup.table_stages:
+        cells = []
+        for n_micro in setup.table_micro:
+            g = pipeline.peak_activations(pipeline.stage_program("gpipe", 0, n_stages, n_micro))
+            f = pipeline.peak_activations(pipeline.stage_program("1f1b", 0, n_stages, n_micro))
+            cells.append(f"{g} / {f}")
+        peaks.append((f"p = {n_stages}", *cells))
+    print_table(["阶段数"] + [f"m = {n}" for n in setup.table_micro], peaks)
+    deadlock_free = all(never_deadlocks(s, n_stages, n_micro) for s in pipeline.SCHEDULES
+                        for n_stages in setup.table_stages for n_micro in setup.table_micro)
+    return {"timelines": timelines, "worst": worst, "checked": checked, "deadlock_free": deadlock_free}
+
+
+def demo1_observations(setup, r, out=print_wrapped):
+    p, m = setup.n_stages, setup.n_micro
+    g, f = r["timelines"]["gpipe"], r["timelines"]["1f1b"]
+    gpipe_peak = pipeline.peak_activations(pipeline.stage_program("gpipe", 0, p, m))
+    ofob_peak = pipeline.peak_activations(pipeline.stage_program("1f1b", 0, p, m))
+    big_m = max(setup.table_micro)
+    print()
+    out("观察 Observations（演示 1）：")
+    out(f" 1. 两种调度一样长（{g.total_time:g} 和 {f.total_time:g} 个时间单位），气泡都是 (p−1)/(m+p−1) = "
+        f"{pipeline.bubble_fraction(p, m):.1%}：开头要等流水线灌满，结尾要等它排空，每个阶段都空等 p − 1 = {p - 1} "
+        f"次前向加反向的时间。")
+    out(f" 2. 差别在显存：GPipe 的阶段 0 要存全部 {gpipe_peak} 个 micro-batch 的激活，1F1B 只存 {ofob_peak} 个"
+        f"（= p），做完一个反向就放掉一个。所以 1F1B 可以用很多 micro-batch 把气泡压小而不多占显存："
+        f"p = {max(setup.table_stages)}、m = {big_m} 时气泡 {pipeline.bubble_fraction(max(setup.table_stages), big_m):.1%}。")
+    out(f" 3. 阻塞的 send/recv 要两边同时到才完成（rendezvous）：两个相邻阶段在稳定段要互相交换一个张量，"
+        f"下面的阶段先发后收、上面的先收后发，否则两边都卡在发送上。表里的 {len(setup.table_stages) * len(setup.table_micro) * 2} "
+        f"个 (p, m, 调度) 程序{'都' if r['deadlock_free'] else '没有都'}通过了不死锁检查（pipeline.check_rendezvous）。"
+        "交错式 1F1B（interleaved，Narayanan et al. 2021）让每张卡放 v 段不相邻的层，把气泡再降到约 1/v。")
+
+
+# =============================================================================
+# Demo 2: a real pipeline of the tiny GPT
+# =============================================================================
+
+def check_pipeline(real):
+    """Run both schedules on real ranks; compare with the unsplit model.
+
+    Tolerance GRAD_ATOL: the pipeline sums the m micro-batch gradients one by one where
+    the unsplit model sums the whole batch at once; float32 addition in another order
+    differs by ~1e-7 on gradients of size ~0.1 (measured 9e-8). A missing micro-batch or
+    a gradient sent to the wrong stage changes them by ~1e-2."""
+    import torch
+
+    import gloo_ranks
+    import tiny_gpt
+
+    config = replace(tiny_gpt.BASE_CONFIG, n_layer=real.n_layer)
+    run = pipeline.PipelineRun(config, real.model_seed, real.pipe_micro)
+    tokens, _ = tiny_gpt.load_world_tokens(0)
+    x, y = tiny_gpt.get_batch(tokens, real.batch_size, config.block_size, torch.Generator().manual_seed(real.data_seed))
+    t0 = time.perf_counter()
+    ranks = gloo_ranks.run_ranks(pipeline.pipeline_worker, real.pipe_ranks, args=(run, x, y),
+                                 timeout_s=120 + real.batch_size / 10)
+    print(f"（演示 2 的 {real.pipe_ranks} 个进程用时 {time.perf_counter() - t0:.1f} 秒）", file=sys.stderr)
+    loss, reference = pipeline.unsplit_gradients(run, x, y)
+    out = {"loss": loss, "n_params": sum(g.numel() for g in reference.values()), "config": config}
+    for schedule in pipeline.SCHEDULES:
+        grads = {}
+        for r in ranks:
+            grads.update(r[schedule]["grads"])
+        same_names = set(grads) == set(reference)
+        diff = max((grads[n] - reference[n]).abs().max().item() for n in reference) if same_names else float("inf")
+        out[schedule] = {"max_abs_diff": diff, "complete": same_names, "loss": ranks[-1][schedule]["loss"],
+                         "peaks": [r[schedule]["peak"] for r in ranks],
+                         "names_per_stage": [sorted(r[schedule]["grads"]) for r in ranks]}
+    return out
+
+
+def run_demo2(real, out=print_wrapped):
+    p, m = real.pipe_ranks, real.pipe_micro
+    print_header(f"演示 2：小 GPT 真的切成 {p} 个阶段（{p} 个 gloo 进程，阻塞 send/recv），"
+                 f"batch {real.batch_size} = {m} 个 micro-batch × {real.batch_size // m}")
+    r = check_pipeline(real)
+    pieces = ["词嵌入 embedding"] + [f"块 block {i}" for i in range(real.n_layer)] + ["ln_f + head"]
+    bounds = pipeline.stage_bounds(len(pieces), p)
+    out(f"模型：BASE_CONFIG 改成 {real.n_layer} 个块（{r['n_params']:,} 个参数），切法："
+        + "；".join(f"阶段 {s} = {' + '.join(pieces[a:b])}" for s, (a, b) in enumerate(bounds)))
+    out("每个 micro-batch 的 loss 除以 m 再反向，m 个梯度加起来正好是整个 batch 的平均梯度；对照：不切开的模型一次算整个 batch。")
+    rows = []
+    for schedule in pipeline.SCHEDULES:
+        s = r[schedule]
+        formula = [pipeline.peak_activations_formula(schedule, stage, p, m) for stage in range(p)]
+        rows.append((pipeline.SCHEDULE_NAMES[schedule], f"{s['max_abs_diff']:.1e}", f"{abs(s['loss'] - r['loss']):.1e}",
+                     " / ".join(map(str, s["peaks"])), " / ".join(map(str, formula))))
+    print_table(["调度", "梯度最大差", "loss 差", "各阶段实际最多存", "公式"], rows)
+    return r
+
+
+def demo2_observations(real, r, out=print_wrapped):
+    ok = all(r[s]["complete"] and r[s]["max_abs_diff"] <= GRAD_ATOL for s in pipeline.SCHEDULES)
+    worst = max(r[s]["max_abs_diff"] for s in pipeline.SCHEDULES)
+    print()
+    out("观察 Observations（演示 2）：")
+    out(f" 1. 两种调度的梯度{'都和' if ok else '没有都和'}不切开的模型一致（最大差 {worst:.1e}，容差 {GRAD_ATOL:g}："
+        "只是 m 个 micro-batch 一个一个加、和整个 batch 一起加的舍入不同）。调度只改变计算的顺序，不改变结果。")
+    out(f" 2. 各阶段实际存的 micro-batch 数就是公式：GPipe 每个阶段 {real.pipe_micro} 个，1F1B 从阶段 0 的 "
+        f"{min(real.pipe_ranks, real.pipe_micro)} 个递减到最后一个阶段的 1 个。")
+
+
+# =============================================================================
+# Demo 3: tensor parallelism
+# =============================================================================
+
+def check_tensor_parallel(real):
+    """Column / row / MLP on real ranks against nn.Linear.
+
+    Tolerance TP_ATOL: a split layer sums each output over the input features in two (or
+    more) partial sums and then adds them, where nn.Linear sums in one go; values of size
+    ~1 after ~100-200 products differ by float32 rounding, ~1e-6 (measured 3e-6)."""
+    import gloo_ranks
+    import tensor_parallel as tp
+
+    case = tp.TPCase()
+    reference = tp.reference(case)
+    t0 = time.perf_counter()
+    ranks = gloo_ranks.run_ranks(tp.tp_worker, real.tp_ranks, args=(case,), timeout_s=120)
+    print(f"（演示 3 的 {real.tp_ranks} 个进程用时 {time.perf_counter() - t0:.1f} 秒）", file=sys.stderr)
+    got = tp.assemble(ranks, case)
+
+    def diff(a, b):
+        return (a - b).abs().max().item()
+
+    checks = {}
+    for kind in ("column", "row"):
+        checks[kind] = {k: diff(got[kind][k], reference[kind][k]) for k in ("y", "dx", "weight", "bias")}
+    mlp = got["mlp"]
+    checks["mlp"] = {"y": diff(mlp["y"], reference["mlp"]["y"]), "dx": diff(mlp["dx"], reference["mlp"]["dx"]),
+                     "weight": max(diff(mlp[l]["weight"], reference["mlp"][l]["weight"]) for l in ("fc1", "fc2")),
+                     "bias": max(diff(mlp[l]["bias"], reference["mlp"][l]["bias"]) for l in ("fc1", "fc2"))}
+    all_reduces = {kind: ranks[0][kind]["all_reduces"] for kind in ("column", "row", "mlp")}
+    return {"case": case, "checks": checks, "all_reduces": all_reduces, "same_on_every_rank": got["same_on_every_rank"]}
+
+
+def tp_traffic(model, tp_size, micro_batch=1, cluster=parallel_plan.Cluster()):
+    """Per transformer layer and micro-batch: (all-reduce payload bytes, bytes each GPU
+    sends, seconds over NVLink, seconds over InfiniBand, compute seconds per GPU)."""
+    payload = micro_batch * model.seq_len * model.hidden * mm.FP16_BYTES      # one (b, s, h) fp16 tensor
+    n_calls = 4                                                                # 2 forward + 2 backward
+    padded = -(-payload // tp_size) * tp_size
+    sent = n_calls * alpha_beta.all_reduce_bytes_sent("ring", padded, tp_size)
+    nvlink = n_calls * alpha_beta.ring_all_reduce_time_s(padded, tp_size, cluster.latency_s, cluster.nvlink_bytes_per_s)
+    ib = n_calls * alpha_beta.ring_all_reduce_time_s(padded, tp_size, cluster.latency_s, cluster.infiniband_bytes_per_s)
+    compute = mm.compute_seconds(mm.layer_flops(model.seq_len, micro_batch, model.hidden) / tp_size, 1,
+                                 cluster.peak_flops, cluster.utilisation)
+    return payload, sent, nvlink, ib, compute
+
+
+def fmt_diff(x):
+    """A maximum difference: "0" when the two agree bit for bit."""
+    return "0" if x == 0 else f"{x:.1e}"
+
+
+def run_demo3(real, out=print_wrapped):
+    print_header(f"演示 3：张量并行 tensor parallelism——按列切、按行切的线性层在 {real.tp_ranks} 个 gloo 进程上和 nn.Linear 比")
+    r = check_tensor_parallel(real)
+    c = r["case"]
+    out(f"层：nn.Linear({c.hidden}, {c.ratio * c.hidden}) 和 nn.Linear({c.ratio * c.hidden}, {c.hidden})，输入 "
+        f"({c.batch}, {c.seq}, {c.hidden})；每个 rank 从同一个种子建整层、只留自己那一片。")
+    out("按列切 column-parallel：输出特征分到各 rank，最后 all-gather 拼起来；按行切 row-parallel：输入特征分到各 rank，"
+        "部分和 all-reduce；MLP（Megatron）：按列切 → GELU → 按行切，中间不拼。")
+    names = {"column": "按列切 column-parallel", "row": "按行切 row-parallel", "mlp": "MLP：列切 → GELU → 行切"}
+    rows = []
+    for kind, label in names.items():
+        ch = r["checks"][kind]
+        forward = sum(1 for where, _ in r["all_reduces"][kind] if where == "forward")
+        backward = sum(1 for where, _ in r["all_reduces"][kind] if where == "backward")
+        rows.append((label, *(fmt_diff(ch[k]) for k in ("y", "dx", "weight", "bias")), f"{forward} / {backward}"))
+    print_table(["最大差 vs nn.Linear", "输出", "输入梯度", "权重梯度", "偏置梯度", "all-reduce 前向/反向"], rows)
+
+    cluster = parallel_plan.Cluster()
+    t = real.tp_size
+    print()
+    out(f"真实模型每个 transformer 层、每个 micro-batch（b = 1）的张量并行通信：TP = {t}，每层 4 次 all-reduce"
+        f"（前向 2、反向 2），每次 b·s·h 个 fp16 数；环形 all-reduce 按 α–β 模型（alpha_beta.py）：NVLink "
+        f"{cluster.nvlink_bytes_per_s / 1e9:g} GB/s（一台机器里），InfiniBand {cluster.infiniband_bytes_per_s / 1e9:g} GB/s"
+        f"（机器之间），α = {cluster.latency_s * 1e6:g} µs；计算按 72·b·s·h²·(1 + s/6h) / TP FLOPs、峰值的 "
+        f"{cluster.utilisation:.0%}")
+    rows, traffic = [], {}
+    for name in ("1.3B", "7B", "175B"):
+        model = mm.MODELS[name]
+        payload, sent, nvlink, ib, compute = tp_traffic(model, t, 1, cluster)
+        traffic[name] = (payload, sent, nvlink, ib, compute)
+        rows.append((name, f"{payload / mm.MB:.1f}", f"{sent / mm.MB:.1f}", f"{nvlink * 1e3:.2f}", f"{ib * 1e3:.2f}",
+                     f"{compute * 1e3:.2f}", f"{nvlink / compute:.0%}", f"{ib / compute:.0%}"))
+    print_table(["模型", "每次 MB", "每层每卡发 MB", "NVLink ms", "IB ms", "计算 ms", "NVLink ÷ 计算", "IB ÷ 计算"], rows)
+    r["traffic"] = traffic
+    return r
+
+
+def demo3_observations(real, r, out=print_wrapped):
+    worst = max(v for ch in r["checks"].values() for v in ch.values())
+    mlp = r["all_reduces"]["mlp"]
+    ib_ratio = {name: v[3] / v[4] for name, v in r["traffic"].items()}
+    nv_ratio = {name: v[2] / v[4] for name, v in r["traffic"].items()}
+    print()
+    out("观察 Observations（演示 3）：")
+    out(f" 1. 切开的层和 nn.Linear 一致：输出和三种梯度的最大差 {worst:.1e}（容差 {TP_ATOL:g}：一个输出分成几段部分和"
+        "再相加，舍入不同）。按列切的输入梯度和按行切的输出都要 all-reduce，因为每个 rank 只有一部分和。")
+    out(f" 2. MLP 把两种切法接起来，中间的 GELU 逐个特征算、不用通信：整个 MLP 前向 "
+        f"{sum(1 for w, _ in mlp if w == 'forward')} 次、反向 {sum(1 for w, _ in mlp if w == 'backward')} 次 all-reduce，"
+        f"每次 {mlp[0][1]:,} 个数 = batch × 序列 × 隐藏维，和层的参数量无关。")
+    slower = [name for name, x in ib_ratio.items() if x > 1]
+    out(f" 3. 每层、每个 micro-batch 都要通信，而且在关键路径上（下一层要等它的结果）：TP = {real.tp_size} 时通信在 NVLink 上是"
+        f"计算时间的 {min(nv_ratio.values()):.0%}–{max(nv_ratio.values()):.0%}，换到 InfiniBand 上是 "
+        f"{min(ib_ratio.values()):.0%}–{max(ib_ratio.values()):.0%}"
+        + (f"，{'、'.join(slower)} 的通信比计算还慢" if slower else "")
+        + "。h 越大越划算：计算 ∝ h²，通信 ∝ h。"
+        "所以张量并行放在一台机器的 NVLink 里，跨机器用流水线和数据并行。")
+
+
+# =============================================================================
+# Demo 4: 3D parallelism planner
+# =============================================================================
+
+def candidate_plans(setup):
+    plans = []
+    for pp, tp in setup.candidates:
+        if setup.n_gpus % (pp * tp) == 0:
+            plans.append(parallel_plan.Plan(setup.n_gpus // (pp * tp), pp, tp))
+    return plans
+
+
+def run_demo4(setup, out=print_wrapped):
+    model = mm.MODELS[setup.model]
+    cluster = replace(parallel_plan.Cluster(), n_gpus=setup.n_gpus)
+    print_header(f"演示 4：3D 并行规划器——{model.name} 模型、{cluster.n_gpus} 张 A100（每台机器 {cluster.gpus_per_node} 张），"
+                 f"batch {setup.global_batch} × {model.seq_len} token")
+    out(f"(DP, PP, TP) = (数据并行, 流水线并行, 张量并行)，DP × PP × TP = {cluster.n_gpus}；micro-batch {setup.micro_batch}，"
+        f"1F1B；ZeRO-{setup.zero_stage} 分片在数据并行组里；激活用{ {'none': '不重算', 'selective': '选择性重算', 'full': '全重算'}[setup.recompute] }"
+        f"（Korthikanti et al. 2022）；显存 = 模型状态 + 阶段 0 的激活，一张卡 {cluster.gpu_memory_bytes / mm.GB:g} GB。")
+    out("时间 = 计算 ÷ (1 − 气泡) + TP + PP + DP 通信（α–β 模型，通信和计算不重叠：偏悲观）。")
+    rows, costs, invalid = [], {}, []
+    plans = candidate_plans(setup)
+    best = parallel_plan.best_plan(model, cluster, setup.global_batch, setup.micro_batch, setup.zero_stage,
+                                   setup.recompute)
+    if best is not None and best.plan not in plans:
+        plans.append(best.plan)
+    for plan in plans:
+        reason = parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch)
+        if reason:
+            invalid.append(f"{plan}：{reason}")
+            continue
+        c = parallel_plan.plan_cost(model, cluster, plan, setup.global_batch, setup.micro_batch, setup.zero_stage,
+                                    setup.recompute)
+        costs[plan] = c
+        label = str(plan) + ("  ← 最好 best" if best is not None and plan == best.plan else "")
+        rows.append((label, c.n_micro, f"{c.state_bytes / mm.GB:.1f} + {c.activation_bytes / mm.GB:.1f}",
+                     f"{c.bubble:.1%}", f"{c.pipeline_s:.2f}", f"{c.tp_s:.2f}", f"{c.pp_s:.2f}", f"{c.dp_s:.2f}",
+                     f"{c.iteration_s:.2f}" if c.fits else "放不下"))
+    if rows:
+        print_table(["(DP, PP, TP)", "m", "显存 GB 状态+激活", "气泡", "计算 s", "TP s", "PP s", "DP s", "每次迭代 s"], rows)
+    if invalid:
+        out("不可行 infeasible：" + "；".join(invalid))
+    n_valid = sum(1 for plan in parallel_plan.all_plans(cluster)
+                  if not parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch))
+    out(f"（'最好'在全部 {n_valid} 种可行的 (DP, PP, TP) 里找：放得下、估计时间最短。）")
+    return {"model": model, "cluster": cluster, "costs": costs, "best": best, "plans": plans}
+
+
+def demo4_observations(setup, r, out=print_wrapped):
+    costs, best, cluster = r["costs"], r["best"], r["cluster"]
+    print()
+    out("观察 Observations（演示 4）：")
+    numbers = iter(range(1, 10))
+
+    def item(text):
+        out(f" {next(numbers)}. " + text)
+
+    too_big = [c for c in costs.values() if not c.fits]
+    if too_big:
+        c = max(too_big, key=lambda c: c.memory_bytes)
+        item(f"{c.plan} 放不下：每卡 {c.memory_bytes / mm.GB:.1f} GB > {cluster.gpu_memory_bytes / mm.GB:g} GB。"
+             "模型状态按 1/(PP × TP) 分，ZeRO-1 只再分优化器状态；模型越大，越需要把模型本身切开。")
+    in_node = [c for c in costs.values() if c.fits and 1 < c.plan.tp <= cluster.gpus_per_node]
+    across = [c for c in costs.values() if c.plan.tp > cluster.gpus_per_node]
+    if in_node and across:
+        b = min(across, key=lambda c: c.tp_s)
+        same_pp = [c for c in in_node if c.plan.pp == b.plan.pp]
+        a = min(same_pp or in_node, key=lambda c: c.tp_s)
+        item(f"张量并行跨机器很贵：{b.plan} 的 TP 通信 {b.tp_s:.2f} 秒，{a.plan} 在一台机器里只要 {a.tp_s:.2f} 秒。")
+    pipelined = [c for c in costs.values() if c.fits and c.plan.pp > 1]
+    if pipelined:
+        same = {round(c.activation_bytes / mm.GB, 6) for c in pipelined
+                if c.n_micro >= c.plan.pp and c.plan.tp == pipelined[0].plan.tp}
+        item(f"放得下的几种流水线组合气泡都不大（{min(c.bubble for c in pipelined):.1%}–{max(c.bubble for c in pipelined):.1%}），"
+             f"因为 batch {setup.global_batch} 切成了很多 micro-batch（m = batch ÷ DP）。1F1B 的阶段 0 存 PP 个 micro-batch、每个 L/PP 层，"
+             "加起来正好 L 层：激活显存和 PP 无关" + ("（表里 TP 相同的几行激活都一样）。" if len(same) == 1 else "。"))
+    if best is not None:
+        item(f"估计最快的是 {best.plan}：每卡 {best.memory_bytes / mm.GB:.1f} GB，气泡 {best.bubble:.1%}，"
+             f"每次迭代约 {best.iteration_s:.2f} 秒，其中计算 {best.pipeline_s:.2f} 秒。张量并行留在机器里、流水线和数据并行"
+             "跨机器——第 7 节把同样的账搬到慢而不均匀的网络上：那里通信比计算贵得多，放在哪张卡上就成了主要问题。")
+    else:
+        item("没有一种组合放得下：试试 --recompute full、更大的 --plan-gpus 或更小的 --global-batch。")
+
+
+# =============================================================================
+# Command line
+# =============================================================================
+
+def parse_args(argv=None):
+    s, r, pl = ScheduleSetup(), RealSetup(), PlanSetup()
+    p = argparse.ArgumentParser(
+        description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
+        epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    g1 = p.add_argument_group("演示 1 demo 1")
+    g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p (default %(default)s)")
+    g1.add_argument("--micro-batches", type=int_in(1, 64), default=s.n_micro,
+                    help="时间线的 micro-batch 数 m (default %(default)s)")
+    g1.add_argument("--t-backward", type=int_in(1, 4), default=s.t_backward,
+                    help="一次反向是几个时间单位（前向是 1）(default %(default)s)")
+    g2 = p.add_argument_group("演示 2-3 demos 2-3（真实进程 real ranks）")
+    g2.add_argument("--pipe-ranks", type=int_in(2, MAX_PIPE_RANKS), default=r.pipe_ranks,
+                    help="流水线阶段数 = 进程数 (default %(default)s)")
+    g2.add_argument("--pipe-micro-batches", type=positive_int, default=r.pipe_micro,
+                    help="真实流水线的 micro-batch 数，要能整除 --batch-size (default %(default)s)")
+    g2.add_argument("--batch-size", type=positive_int, default=r.batch_size, help="真实流水线的 batch（序列数）(default %(default)s)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default 0)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据的种子 (default 1)")
+    g2.add_argument("--tp-ranks", type=int_in(2, 4), default=r.tp_ranks, help="张量并行的进程数 (default %(default)s)")
+    g2.add_argument("--tp-size", type=int_in(2, 64), default=r.tp_size, help="流量表的 TP 大小 (default %(default)s)")
+    g4 = p.add_argument_group("演示 4 demo 4")
+    g4.add_argument("--plan-model", choices=tuple(mm.MODELS), default=pl.model, help="模型 (default %(default)s)")
+    g4.add_argument("--plan-gpus", type=int_in(1, 65536), default=pl.n_gpus, help="集群的卡数 (default %(default)s)")
+    g4.add_argument("--global-batch", type=positive_int, default=pl.global_batch,
+                    help="每次迭代的序列数 (default %(default)s)")
+    g4.add_argument("--recompute", choices=("none", "selective", "full"), default=pl.recompute,
+                    help="激活重算 activation recomputation (default %(default)s)")
+    g4.add_argument("--zero-stage", type=int_in(0, 3), default=pl.zero_stage,
+                    help="数据并行组里的 ZeRO 阶段 (default %(default)s)")
+    args = p.parse_args(argv)
+    schedule = replace(s, n_stages=args.stages, n_micro=args.micro_batches, t_backward=args.t_backward)
+    real = replace(r, pipe_ranks=args.pipe_ranks, pipe_micro=args.pipe_micro_batches, batch_size=args.batch_size,
+                   model_seed=args.model_seed, data_seed=args.data_seed, tp_ranks=args.tp_ranks, tp_size=args.tp_size)
+    plan = replace(pl, model=args.plan_model, n_gpus=args.plan_gpus, global_batch=args.global_batch,
+                   recompute=args.recompute, zero_stage=args.zero_stage)
+    if args.quick:
+        real = replace(real, **QUICK_REAL)
+        schedule = replace(schedule, **QUICK_SCHEDULE)
+    if real.batch_size % real.pipe_micro:
+        p.error(f"--batch-size {real.batch_size} 不能被 --pipe-micro-batches {real.pipe_micro} 整除 (must be divisible)")
+    return args, schedule, real, plan
+
+
+def main(argv=None):
+    args, schedule, real, plan = parse_args(argv)
+    started = time.perf_counter()
+    results = {}
+    if args.demo in ("1", "all"):
+        results["demo1"] = run_demo1(schedule)
+        demo1_observations(schedule, results["demo1"])
+        print()
+    if args.demo in ("2", "3", "all"):
+        import tiny_gpt
+        tiny_gpt.use_deterministic_threads()
+    if args.demo in ("2", "all"):
+        results["demo2"] = run_demo2(real)
+        demo2_observations(real, results["demo2"])
+        print()
+    if args.demo in ("3", "all"):
+        results["demo3"] = run_demo3(real)
+        demo3_observations(real, results["demo3"])
+        print()
+    if args.demo in ("4", "all"):
+        results["demo4"] = run_demo4(plan)
+        demo4_observations(plan, results["demo4"])
+    print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:          # run_ranks has already stopped the rank processes
+        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
