@@ -217,7 +217,7 @@ def test_code6_bpc_figures_in_the_notes_hold_on_this_machine(code6_output):
     quoted = {}
     for cells in _notes_tables(section):
         if cells[0] in ("none", "topk", "topk-int8") and cells[-1].startswith("≈"):
-            quoted[cells[0]] = float(cells[-1].lstrip("≈"))
+            quoted[cells[0]] = float(re.match(r"≈(\d+\.\d+)", cells[-1]).group(1))
     assert set(quoted) == {"none", "topk", "topk-int8"}
     printed = {}
     for line in code6_output.splitlines():
