@@ -1,0 +1,37 @@
+"""Code 5, demo 2: the observations' words follow from the run's own numbers under the flag
+values the exercises ask for (quick versions: 12 steps), never from what the defaults give."""
+
+import re
+
+import pytest
+
+from conftest import LECTURE09, load_script
+
+code5 = load_script(LECTURE09 / "05_decentralized.py")
+TOL = code5.compressed_dp.DELTA_TOLERANCE_BPC
+
+
+def _flat(text):
+    return re.sub(r"\s+", "", text)
+
+
+def _expected_help_words(gain):
+    if gain > TOL:
+        return "有帮助"
+    if gain < -TOL:
+        return "反而有害"
+    return "几乎没有影响"
+
+
+@pytest.mark.parametrize("argv", [[], ["--topk-ratio", "0.1"], ["--topk-ratio", "0.001"], ["--sgd-momentum", "0.9", "--sgd-lr", "0.1"]])
+def test_error_feedback_words_follow_the_numbers(argv, capsys):
+    rows = code5.main(["--quick", "--demo", "2", "--jobs", "1", *argv])["demo2"]
+    out = _flat(capsys.readouterr().out)
+    for optimizer, name in (("adamw", "AdamW"), ("sgd", "SGD")):
+        plain, with_ef = rows[(optimizer, "topk", False)], rows[(optimizer, "topk", True)]
+        gain = plain.bpc.mean - with_ef.bpc.mean
+        assert _flat(f"对 {name} {_expected_help_words(gain)}") in out, (argv, name, gain)
+    for key, label in ((("adamw", "fp16", False), "fp16：通信量减半，"), (("adamw", "int8", False), "通信量1/4，")):
+        delta = rows[key].deltas[0]
+        word = "和不压缩差不多" if abs(delta) <= TOL else ("比不压缩差" if delta > 0 else "比不压缩好")
+        assert _flat(label + word) in out, (argv, key, delta)
