@@ -83,3 +83,12 @@ def test_wrap_breaks_between_english_words_not_inside_them():
 def test_wrap_cuts_a_word_longer_than_the_line():
     lines = console.wrap("x" * 25, width=10, indent="")
     assert lines == ["x" * 10, "x" * 10, "x" * 5]
+
+
+@pytest.mark.parametrize("width", range(16, 60))
+def test_wrap_never_starts_a_line_with_closing_punctuation(width):
+    text = " 2. 误差反馈（好了 0.0206），对 SGD（好了 0.1606）。" * 3 + "abc 个参数 / ）之后还有。"
+    lines = console.wrap(text, width=width)
+    assert all(console.display_width(line) <= width for line in lines)
+    assert not any(line.strip()[:1] in ("，", "。", "）") for line in lines)
+    assert "".join(line.replace(" ", "") for line in lines) == text.replace(" ", "")

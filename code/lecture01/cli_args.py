@@ -79,3 +79,25 @@ def precision_from_args(args):
     from tiny_gpt import resolve_precision   # imported here: --help must not wait for torch
 
     return resolve_precision("fp32" if args.fp32 else args.precision)
+
+
+def run_main(main, failures=()):
+    """Every script's last line: run main(); Ctrl-C stops it with one line and status 130.
+
+    The scripts' own clean-up (finally blocks, gloo_ranks, process pools) has already
+    stopped every process they started by the time KeyboardInterrupt arrives here, so one
+    line is all a student needs to see. `failures`: exception types that mean "a part of
+    the run failed" (e.g. gloo_ranks.RankFailed): one line, status 1, no traceback.
+    An int returned by main() is the exit status.
+    """
+    import sys
+
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
+    except failures as error:
+        print(f"错误 error: {error}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)

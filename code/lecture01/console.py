@@ -151,19 +151,38 @@ def _is_wide(ch):
     return unicodedata.east_asian_width(ch) in ("W", "F")
 
 
+def _unbreakable_units(text):
+    """Tokens of `text`, with closing punctuation glued to what precedes it (spaces in
+    between included) and opening punctuation glued to what follows it."""
+    units = []
+    for token in _TOKEN.findall(text):
+        if token[0] in _NO_LINE_START and units:
+            j = len(units) - 1
+            while j > 0 and units[j].isspace():
+                j -= 1
+            if not units[j].isspace():
+                units[j:] = ["".join(units[j:]) + token]
+                continue
+        if units and units[-1][-1] in _NO_LINE_END and not token.isspace():
+            units[-1] += token
+            continue
+        units.append(token)
+    return units
+
+
 def wrap(text, width=LINE_WIDTH, indent=None):
     """Lines of `text`, each at most `width` display columns, broken between words or
-    between wide characters, never before closing punctuation.
+    between wide characters, never before closing punctuation nor after opening one.
 
     Continuation lines start with `indent` (default: as many spaces as the text's own
     leading spaces plus its list marker, e.g. " 2. " gives 4), so a numbered observation
-    reads as one block. A single word wider than the line is cut (it never overflows).
+    reads as one block. A unit wider than the line is cut (it never overflows).
     """
     if indent is None:
         marker = re.match(r"\s*(\d+\.\s|[-*]\s)?", text)
         indent = " " * display_width(marker.group(0))
     lines, line = [], ""
-    for token in _TOKEN.findall(text):
+    for token in _unbreakable_units(text):
         if display_width(line + token) <= width:
             line += token
             continue
@@ -171,18 +190,11 @@ def wrap(text, width=LINE_WIDTH, indent=None):
             lines.append(line.rstrip())
             line = indent
             continue
-        carry = ""
-        if token[0] in _NO_LINE_START and line.strip():
-            # Move the last wide character (or word) down with the punctuation.
-            last = _TOKEN.findall(line)[-1]
-            if not last.isspace():
-                line, carry = line[:-len(last)], last
-        while line.strip() and line[-1] in _NO_LINE_END:    # an opening bracket goes down too
-            line, carry = line[:-1], line[-1] + carry
         if line.strip():
             lines.append(line.rstrip())
-        line = indent + carry
-        while display_width(line + token) > width:          # a word longer than a line
+        line = indent
+        token = token.lstrip()
+        while display_width(line + token) > width:          # a unit longer than a line
             room = width - display_width(line)
             cut = 0
             while cut < len(token) and display_width(token[:cut + 1]) <= room:
