@@ -329,3 +329,179 @@ def test_default_run_smoke(capsys):
     assert results == 0
     out = capsys.readouterr().out
     assert "none" in out and "topk" in out and "Observations" in out
+
+
+def test_flags_of_another_mode_are_refused(capsys):
+    url = "http://127.0.0.1:8000"
+    for argv, flag in ((["--port", "8000"], "--port"), (["--verbose"], "--verbose"),
+                       (["--worker-id", "1"], "--worker-id"), (["--compression", "none"], "--compression"),
+                       (["--serve", "--modes", "topk"], "--modes"), (["--serve", "--compression", "none"], "--compression"),
+                       (["--worker", url, "--port", "8000"], "--port"), (["--worker", url, "--steps", "5"], "--steps"),
+                       (["--worker", url, "--workers", "2"], "--workers")):
+        with pytest.raises(SystemExit) as exit_info:
+            swarm_http.parse_args(argv)
+        assert exit_info.value.code == 2, argv
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "error: " + flag in error and "不起作用 (not used in this mode)" in error, (argv, error)
+    # The README's commands and the flags each mode reads are accepted.
+    args = swarm_http.parse_args(["--serve", "--port", "8000", "--token", "secret", "--workers", "2",
+                                  "--steps", "60", "--round-deadline-s", "5", "--verbose"])
+    assert (args.port, args.workers, args.round_deadline_s) == (8000, 2, 5.0)
+    args = swarm_http.parse_args(["--worker", url, "--worker-id", "1", "--token", "secret",
+                                  "--compression", "topk-int8", "--topk-ratio", "0.05", "--batch-size", "4"])
+    assert (args.worker_id, args.compression, args.topk_ratio) == (1, "topk-int8", 0.05)
+    args = swarm_http.parse_args(["--steps", "3", "--modes", "topk", "--topk-ratio", "0.1"])
+    assert args.modes == ["topk"]
+
+
+def test_help_is_bilingual_and_shows_every_default(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        swarm_http.parse_args(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for action in swarm_http.build_parser()._actions:
+        if action.dest in ("help", "serve", "worker", "worker_pool"):
+            continue
+        assert "(default" in action.help, action.dest
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in action.help), action.dest   # Chinese first
+    assert "(default none,topk,topk-int8)" in text and "(default 30.0)" in text
+
+
+# ---------------------------------------------------------------------------
+# Observations: every judgement follows from the numbers, under any --topk-ratio
+# ---------------------------------------------------------------------------
+
+def byte_results(ratio, steps=60):
+    """SwarmResults with the real byte counts of one upload per mode at this ratio (no training)."""
+    model = swarm_http.make_model(swarm_http.BASE_CONFIG, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    grads = {name: torch.randn(p.shape, generator=gen) for name, p in model.named_parameters()}
+    results = []
+    for mode, bpc in (("none", 2.55), ("topk", 3.49), ("topk-int8", 3.49)):
+        payload = c.encode_payload(grads, mode, ratio)
+        body = len(c.payload_to_bytes(payload))
+        entries = sum(t.numel() for key, t in payload.items() if not key.endswith(("::idx", "::scale")))
+        results.append(swarm_http.SwarmResult(
+            compression=mode, steps=steps, uploads=4 * steps, body_bytes_per_upload=body,
+            body_bytes_per_step=4 * body, tensor_bytes_per_upload=c.payload_tensor_bytes(payload),
+            entries_per_upload=entries, val_bpc=bpc, first_loss=3.87, last_loss=2.0,
+            compute_s_per_step=0.009, encode_s_per_step=0.003, wall_s=1.0, rejected={}))
+    return results, model.n_params(), len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("ratio", [0.001, 0.01, 0.1])
+def test_observations_are_worded_from_their_numbers(ratio):
+    results, n_params, n_tensors = byte_results(ratio)
+    dense, topk, int8 = results
+    notes = swarm_http.traffic_observations(results, n_params, n_tensors, ratio)
+    header_note = next(n for n in notes if n.startswith("top-k"))
+    int8_note = next(n for n in notes if n.startswith("topk-int8"))
+    sends_note = next(n for n in notes if "个参数发出" in n)
+
+    share = 1 - topk.tensor_bytes_per_upload / topk.body_bytes_per_upload
+    assert f"JSON 头部占 body 的 {100 * share:.0f}%" in header_note
+    if share > swarm_http.HEADER_SHARE_SIGNIFICANT:
+        assert "不能忽略" in header_note and "只比 none 小" in header_note and "开销很小" not in header_note
+    else:
+        assert "开销很小" in header_note and "不能忽略" not in header_note and "只比" not in header_note
+
+    change = int8.body_bytes_per_upload / topk.body_bytes_per_upload - 1
+    if change > 0:
+        assert f"body 反而多了 {100 * change:.0f}%" in int8_note and "少了" not in int8_note
+    else:
+        assert f"少了 {100 * -change:.0f}%" in int8_note and "多了 " not in int8_note.split("，body")[1]
+
+    sends = topk.entries_per_upload * topk.steps / n_params
+    assert f"发出 {sends:.2f} 次" in sends_note
+    assert ("只把每个参数" in sends_note) == (sends < 1)
+
+    # The cases the issue reported: at 0.1 the header is a small share, at 0.001 int8 grows the body.
+    if ratio == 0.1:
+        assert share < swarm_http.HEADER_SHARE_SIGNIFICANT and sends > 1
+    if ratio == 0.001:
+        assert change > 0
+
+
+# ---------------------------------------------------------------------------
+# Whole runs as a student starts them: width, Ctrl-C, running by parts
+# ---------------------------------------------------------------------------
+
+SCRIPT = ROOT / "code" / "lecture09" / "06_swarm_http.py"
+
+
+def test_small_run_fits_a_projector():
+    import subprocess
+    import sys
+    from console import LINE_WIDTH, display_width
+    done = subprocess.run([sys.executable, str(SCRIPT), "--steps", "3", "--workers", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "(1)" in done.stdout and "(2)" in done.stdout and "计时" in done.stderr
+    wide = [line for line in (done.stdout + done.stderr).splitlines() if display_width(line) > LINE_WIDTH]
+    assert not wide, wide[:3]
+    rows = [line for line in done.stdout.splitlines()
+            if swarm_http.re.match(r"^(none|topk|topk-int8)\s.*\s(\d\.\d{4})\s*$", line)]
+    assert len(rows) == 3   # tests/test_claims.py reads table (1) this way
+
+
+def _interrupt(proc, wait_s=60):
+    import os
+    import signal
+    import subprocess
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=wait_s)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, f"processes left behind: {left}"
+    return proc.returncode, out, err
+
+
+def _start(*argv):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, str(SCRIPT), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, cwd=ROOT)
+
+
+def test_ctrl_c_in_the_default_run_stops_with_one_line_and_no_process_left():
+    proc = _start("--steps", "400", "--workers", "2")
+    for _ in range(600):   # wait until the worker processes are training (the first swarm's server is up)
+        if "代码 6" in (proc.stdout.readline() or "代码 6"):
+            break
+    time.sleep(3)
+    code, _, err = _interrupt(proc)
+    assert code == 130
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
+    assert err.count("已中断") == 1
+
+
+def test_serve_and_worker_by_parts_then_ctrl_c_each():
+    server = _start("--serve", "--workers", "1", "--steps", "100000", "--token", "class9")
+    try:
+        first = server.stdout.readline()
+        url = swarm_http.re.search(r"http://127\.0\.0\.1:\d+", first).group(0)
+        hint = server.stdout.readline() + server.stdout.readline()
+        assert "python3 code/lecture09/06_swarm_http.py --worker " + url in hint   # runs from where we are
+        worker = _start("--worker", url, "--worker-id", "0", "--token", "class9")
+        try:
+            for _ in range(300):   # until the worker's uploads have moved the server
+                code, _, body = swarm_http.http_call(f"{url}/status")
+                if json.loads(body)["version"] >= 3:
+                    break
+                time.sleep(0.1)
+            assert json.loads(body)["version"] >= 3
+            code, _, err = _interrupt(worker)
+            assert (code, err.strip()) == (130, "已中断 interrupted (Ctrl-C)")
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        code, out, err = _interrupt(server)
+        assert (code, err.strip()) == (130, "已中断 interrupted (Ctrl-C)")
+        assert "Traceback" not in out
+    finally:
+        if server.poll() is None:
+            server.kill()

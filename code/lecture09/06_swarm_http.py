@@ -1,68 +1,56 @@
-"""Lecture 9, code 6: a real training swarm over HTTP — a parameter server, worker
-processes, compressed uploads, and a server that checks everything it is sent.
+"""第 9 讲 代码 6：HTTP 上真实的训练群 a real training swarm over HTTP——参数服务器、工作者进程、
+压缩上传，以及一个检查收到的每一样东西的服务器。
 
-The question: code 5 simulated data-parallel training with compressed gradients inside
-one process. What changes when the workers are separate processes that talk to a
-parameter server (参数服务器 parameter server) over HTTP, as a volunteer swarm on the
-internet does? What may the server trust, and what must it check?
-Notes: lectures/lecture09_distributed_training.md, section 7 (from simulation to a real
-swarm).
+问题：代码 5 在一个进程里模拟了带梯度压缩的数据并行。如果工作者（worker）是独立的进程，
+通过 HTTP 和参数服务器（parameter server）通信，像互联网上的志愿者训练群（volunteer swarm）
+那样，会有什么变化？服务器可以信任什么，又必须检查什么？
+讲义 Notes: lectures/lecture09_distributed_training.md 第 7.11 节（从模拟到真实的训练群）。
 
-What runs by default (about 20 s on a 2-core machine; 4 worker processes, 60 steps):
-  (1) for each compression mode (none, topk, topk-int8), one training run: an HTTP
-      server on 127.0.0.1 (a free port) holds the tiny GPT (tiny_gpt.BASE_CONFIG) and
-      its optimizer; 4 worker processes loop GET /weights -> gradient on a local batch
-      of 8 -> compression with error feedback -> POST /gradients; the server averages
-      one upload from each of the 4 workers per round and takes one optimizer step
-      (sync mode). Printed: bytes per upload as counted on the wire (the HTTP body bytes
-      the workers sent), of which safetensors header, the upload time at a modeled
-      uplink (10 MB/s, --uplink-mbyte-per-s), the training loss and validation bits per
-      char. On stderr, apart from the tables: the measured compute time per step and the
-      idle fraction upload / (upload + compute).
-  (2) one malformed upload of each kind sent to a fresh server, the status and reason
-      it answers, its health after each, and a valid round at the end.
-  Same command, same stdout: sync rounds sum the uploads in worker-id order, each
-  worker draws batches from its own seeded generator, and weights travel bit-exact.
+默认运行（2 核机器上约 20 秒；4 个工作者进程，60 步）：
+  (1) 每种压缩方式 compression mode（none、topk、topk-int8）训练一次：127.0.0.1 上（一个空闲
+      端口）的 HTTP 服务器持有小 GPT（tiny_gpt.BASE_CONFIG）和它的优化器；4 个工作者进程循环
+      GET /weights -> 在本地一批 8 条序列上算梯度 -> 带误差反馈 error feedback 的压缩 ->
+      POST /gradients；服务器每轮收齐 4 个工作者各一份上传，求平均，走一步优化器（同步 sync）。
+      打印：线上数出来的每次上传字节数（工作者发出的 HTTP body 字节）及其中的 safetensors 头部
+      header、模型化上行带宽下的上传时间（10 MB/s，--uplink-mbyte-per-s）、训练损失和验证
+      bits per char。stderr 上（和表分开）：测得的每步计算时间和空闲比例 upload / (upload + compute)。
+  (2) 每种坏上传各发一次给一个新服务器：它回答的状态码和原因、每次之后的健康状况，最后一轮有效上传。
+  同一条命令，同样的 stdout：同步轮按工作者编号顺序求和，每个工作者用自己的带种子的生成器抽
+  batch，权重按位精确地传输。
 
-Endpoints:
-  GET  /weights[?after=V]  safetensors body of the parameters; headers X-Model-Version
-                           (= optimizer steps taken) and X-Training-Done; with `after`
-                           it waits (long poll) until the version is newer than V.
-  POST /gradients          a payload in compression.py's wire convention, with headers
-                           X-Model-Version, X-Worker-Id, X-Loss, X-Compression (none |
-                           topk | topk-int8) and Authorization: Bearer <token> when the
-                           server has a token. Answers 200 JSON {accepted, applied,
-                           version}; 400 malformed (bytes, headers, keys, dtypes, shapes,
-                           indices, NaN/inf); 401 token; 409 stale, future or repeated in a
-                           round; 411 no Content-Length; 413 Content-Length over the cap
-                           (refused before the body is read).
-  GET  /status             JSON: version, step, pending uploads, last loss, health, counts.
-  Reads are public; only uploads need the token. The server trusts a token holder's
-  claimed worker id and loss (the loss is only reported); everything that reaches the
-  model is checked against the server's own parameter shapes.
+端点 Endpoints:
+  GET  /weights[?after=V]  参数的 safetensors body；响应头 X-Model-Version（= 已走的优化器步数）
+                           和 X-Training-Done；带 after 时等待（long poll）直到版本比 V 新。
+  POST /gradients          compression.py 线上约定的载荷 payload，请求头 X-Model-Version、
+                           X-Worker-Id、X-Loss、X-Compression（none | topk | topk-int8），服务器有
+                           token 时还要 Authorization: Bearer <token>。回答 200 JSON {accepted,
+                           applied, version}；400 格式错误（字节、请求头、键、dtype、形状、下标、
+                           NaN/inf）；401 token；409 旧版本、未来版本或同一轮重复；411 没有
+                           Content-Length；413 Content-Length 超过上限（读 body 之前就拒绝）。
+  GET  /status             JSON：版本、步数、待处理上传、最近的损失、health、各种计数。
+  读取是公开的，只有上传要 token。服务器信任 token 持有者自报的工作者编号和损失（损失只用于
+  显示）；凡是会进入模型的东西，都按服务器自己的参数形状检查。
 
-Choices: the optimizer is lecture 1's (tiny_gpt.make_adamw: AdamW, weight decay 0.1 on
-matrices, betas 0.9/0.95; tiny_gpt.lr_at warm-up + cosine from 3e-3), with global
-clipping at 1.0 after averaging. A repeated upload from a worker already in the round is
-refused (409), not replaced. The client is urllib with TCP_NODELAY (otherwise each
-request's body waits ~40 ms for a delayed ACK); the server is http.server's
-ThreadingHTTPServer.
+选择 Choices：优化器是第 1 讲的（tiny_gpt.make_adamw：AdamW，矩阵 weight decay 0.1，betas
+0.9/0.95；tiny_gpt.lr_at 预热 + 余弦，峰值 3e-3），平均之后做全局裁剪 1.0。同一轮里已有上传的
+工作者再传一份，拒绝（409）而不是替换。客户端是带 TCP_NODELAY 的 urllib（否则每个请求的 body
+要等约 40 ms 的延迟 ACK）；服务器是 http.server 的 ThreadingHTTPServer。Ctrl-C 在任何模式下
+都只打印一行并以状态 130 退出，不留下进程。
 
-Run:
-  python3 06_swarm_http.py                          # (1) and (2) at the defaults
-  python3 06_swarm_http.py --steps 40 --modes topk  # shorter, one mode
-  python3 06_swarm_http.py --update async           # step per upload, scaled by 1/(1+age)
-  By parts, one terminal each:
-  python3 06_swarm_http.py --serve --port 8000 --token secret --workers 2
-  python3 06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 0 --token secret
-  python3 06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 1 --token secret
-  python3 06_swarm_http.py --help                   # every flag
+运行 Run（在仓库根目录 from the repository root）：
+  python3 code/lecture09/06_swarm_http.py                          # 默认：(1) 和 (2)
+  python3 code/lecture09/06_swarm_http.py --steps 40 --modes topk  # 更短，只一种压缩
+  python3 code/lecture09/06_swarm_http.py --update async           # 每份上传走一步，乘 1/(1+age)
+  分开跑，每个一个终端 by parts, one terminal each:
+  python3 code/lecture09/06_swarm_http.py --serve --port 8000 --token secret --workers 2
+  python3 code/lecture09/06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 0 --token secret
+  python3 code/lecture09/06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 1 --token secret
+  python3 code/lecture09/06_swarm_http.py --help                   # 所有参数 every flag
 
-Needs torch, safetensors and the standard library (http.server, urllib): no web
-framework, so every check the server makes is visible in this file.
-Sources: the wire convention and the defects a parameter server must not have come
-from a volunteer-training system described in the course's reference notes; error
-feedback: Seide et al. 2014; Lin et al. 2018 (Deep Gradient Compression).
+需要 torch、safetensors 和标准库（http.server、urllib）：没有 web 框架，服务器做的每一项检查
+都在这个文件里看得到。
+来源 Sources：线上约定和参数服务器不能有的缺陷，来自课程参考资料里描述的一个志愿者训练系统；
+误差反馈：Seide et al. 2014；Lin et al. 2018（Deep Gradient Compression）。
 """
 
 import argparse
@@ -71,7 +59,9 @@ import http.client
 import json
 import math
 import re
+import os
 import secrets
+import signal
 import socket
 import statistics
 import subprocess
@@ -98,8 +88,8 @@ from compression import (  # noqa: E402
     WIRE_MODES, PayloadError, PayloadErrorFeedback, decode_payload, encode_payload, payload_from_bytes,
     payload_tensor_bytes, payload_to_bytes,
 )
-from cli_args import int_in, non_negative_int, positive_float, positive_int, ratio  # noqa: E402
-from console import format_table, print_header, print_table  # noqa: E402
+from cli_args import run_main, int_in, non_negative_int, positive_float, positive_int, ratio  # noqa: E402
+from console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap  # noqa: E402
 from tiny_gpt import (  # noqa: E402
     BASE_CONFIG, TrainConfig, bits_per_char, get_batch, load_world_tokens, lm_loss, lr_at,
     make_adamw, make_model,
@@ -654,10 +644,18 @@ def _read_result(process):
 
 
 def start_worker_pool(n_workers):
-    """Launch the worker processes (`--worker-pool`); they load torch and the data meanwhile."""
+    """Launch the worker processes (`--worker-pool`); they load torch and the data meanwhile.
+
+    Ctrl-C reaches the whole process group, but only this process should answer it (one
+    line, then it stops the pool); a child would print a traceback. SIGINT is ignored
+    while the children are spawned, and an ignored signal stays ignored across exec."""
     command = [sys.executable, str(Path(__file__).resolve()), "--worker-pool"]
-    return [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            for _ in range(n_workers)]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for _ in range(n_workers)]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def wait_until_ready(pool):
@@ -666,15 +664,23 @@ def wait_until_ready(pool):
             raise RuntimeError(f"worker process {process.pid} failed to start")
 
 
-def stop_worker_pool(pool):
+def stop_worker_pool(pool, at_once=False):
+    """End the worker processes: after a finished run, close their stdin and let them exit;
+    at_once (Ctrl-C or an error), terminate them. Only our own children, by handle."""
     for process in pool:
+        if at_once and process.poll() is None:
+            process.terminate()
         if process.stdin and not process.stdin.closed:
-            process.stdin.close()
+            try:
+                process.stdin.close()
+            except OSError:   # the pipe of a terminated child
+                pass
     for process in pool:
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=5 if at_once else 30)
         except subprocess.TimeoutExpired:
-            process.kill()   # only our own children, by handle
+            process.kill()
+            process.wait()
 
 
 def run_swarm(pool, server_config, worker_config, val_tokens):
@@ -715,8 +721,16 @@ def run_swarm(pool, server_config, worker_config, val_tokens):
     )
 
 
+def format_two_line_table(top, bottom, rows, aligns=None):
+    """format_table with a two-line header: `top` (Chinese) above `bottom` (English), then the rule."""
+    lines = format_table(top, [bottom] + rows, aligns)
+    return [lines[0], lines[2], lines[1]] + lines[3:]
+
+
 def print_traffic_table(results, n_workers, uplink_mbyte_per_s, n_params):
-    """Table (1): bytes on the wire, modeled upload time, loss and bpc per compression mode."""
+    """Table (1): bytes on the wire, modeled upload time, loss and bpc per compression mode.
+
+    The last cell of each row is the validation bpc with 4 decimals (tests parse it)."""
     uplink_bytes_per_s = uplink_mbyte_per_s * 1e6
     dense = next((r for r in results if r.compression == "none"), None)
     rows = []
@@ -727,85 +741,117 @@ def print_traffic_table(results, n_workers, uplink_mbyte_per_s, n_params):
                      f"{r.body_bytes_per_step:,.0f}", ratio,
                      f"{1e3 * r.body_bytes_per_upload / uplink_bytes_per_s:.2f}",
                      f"{r.first_loss:.3f} -> {r.last_loss:.3f}", f"{r.val_bpc:.4f}"])
-    print_table(["压缩 compression", "每次上传 bytes/upload", "张量 tensors", "头部 header",
-                 "每步 per step", "比 none 小", f"上传 upload ms @{uplink_mbyte_per_s:g} MB/s",
-                 "训练损失 loss", "验证 val bpc"], rows)
-    print(f"字节 bytes: 工人真正发出的 HTTP body (safetensors); 每次上传 = 平均一次, 每步 = 所有工人 / 步数 "
-          f"({n_workers} 个工人); 头部 header = body - 张量数据; 1 MB = 10^6 bytes。"
-          f"模型 model: {n_params:,} 个参数 parameters。")
+    for line in format_two_line_table(
+            ["压缩", "每次上传", "其中张量", "其中头部", "每步", "比 none 小", "上传 ms", "训练损失", "验证"],
+            ["compression", "body", "tensors", "header", "per step", "vs none", "upload", "loss", "val bpc"],
+            rows):
+        print(line)
+    print_wrapped(f"字节 bytes：工作者真正发出的 HTTP body（safetensors）；每次上传 = 平均一次，每步 = 所有 "
+                  f"{n_workers} 个工作者的 / 步数；头部 header = body - 张量数据。上传 ms = 在 "
+                  f"{uplink_mbyte_per_s:g} MB/s 的上行带宽下（1 MB = 10^6 字节）。训练损失 = 第一步 -> 最后一步"
+                  f"（工作者报告的平均）。模型 model：{n_params:,} 个参数 parameters。")
+
+
+HEADER_SHARE_SIGNIFICANT = 0.10   # above this share of the body, the header is called significant
 
 
 def traffic_observations(results, n_params, n_tensors, topk_ratio):
-    """Observation sentences computed from the results (timings excluded)."""
+    """Observation sentences computed from the results (timings excluded): every judgement
+    word ("only", "more", "fewer", "significant") is chosen from the numbers it is about."""
     by_mode = {r.compression: r for r in results}
     dense, topk, topk_int8 = by_mode.get("none"), by_mode.get("topk"), by_mode.get("topk-int8")
     notes = []
     if dense is not None:
-        notes.append(f"不压缩 none: 每次上传 {dense.body_bytes_per_upload:,.0f} 字节 = {n_params:,} 个参数 x 4 字节 "
-                     f"(fp32) = {4 * n_params:,} 字节的张量, 加 "
-                     f"{dense.body_bytes_per_upload - dense.tensor_bytes_per_upload:,.0f} 字节的 safetensors 头部 header。")
+        notes.append(f"不压缩 none：每次上传 {dense.body_bytes_per_upload:,.0f} 字节 = {n_params:,} 个参数 x 4 字节 "
+                     f"(fp32) = {4 * n_params:,} 字节的张量，加 "
+                     f"{dense.body_bytes_per_upload - dense.tensor_bytes_per_upload:,.0f} 字节的 safetensors "
+                     f"头部 header。")
     if topk is not None:
         share = 1 - topk.tensor_bytes_per_upload / topk.body_bytes_per_upload
-        line = (f"top-k: 每个张量留 {100 * topk_ratio:g}%, 至少 1 个, 一共 {topk.entries_per_upload:,.0f} 个数; 每个数 12 字节 "
-                f"(int64 下标 index + fp32 值 value), 张量数据只有 {topk.tensor_bytes_per_upload:,.0f} 字节。"
-                f"但 {n_tensors} 个张量各有 2 个键 (::idx, ::val), JSON 头部占了 body 的 {100 * share:.0f}%")
+        significant = share > HEADER_SHARE_SIGNIFICANT
+        line = (f"top-k：每个张量留 {100 * topk_ratio:g}%，至少 1 个，一共 {topk.entries_per_upload:,.0f} 个数；"
+                f"每个数 12 字节（int64 下标 index + fp32 值 value），张量数据 {topk.tensor_bytes_per_upload:,.0f} "
+                f"字节。{n_tensors} 个张量各有 2 个键（::idx、::val），JSON 头部占 body 的 {100 * share:.0f}%")
         if dense is not None:
-            line += (f", 所以 body 只比 none 小 {dense.body_bytes_per_upload / topk.body_bytes_per_upload:.1f} 倍 "
-                     f"(只看张量是 {dense.tensor_bytes_per_upload / topk.tensor_bytes_per_upload:.1f} 倍)")
-        notes.append(line + "。格式的固定开销, 在载荷很小时不能忽略。")
+            body_x = dense.body_bytes_per_upload / topk.body_bytes_per_upload
+            tensor_x = dense.tensor_bytes_per_upload / topk.tensor_bytes_per_upload
+            if significant:
+                line += f"，所以 body 只比 none 小 {body_x:.1f} 倍（只看张量是 {tensor_x:.1f} 倍）"
+            else:
+                line += f"，body 比 none 小 {body_x:.1f} 倍，和只看张量的 {tensor_x:.1f} 倍相差不多"
+        if significant:
+            line += (f"。头部超过 body 的 {100 * HEADER_SHARE_SIGNIFICANT:.0f}%：载荷很小时，格式的固定开销"
+                     f"不能忽略。")
+        else:
+            line += (f"。头部不到 body 的 {100 * HEADER_SHARE_SIGNIFICANT:.0f}%：载荷这么大时，格式的固定开销"
+                     f"很小。")
+        notes.append(line)
     if topk is not None and topk_int8 is not None:
-        saved = 1 - topk_int8.body_bytes_per_upload / topk.body_bytes_per_upload
-        notes.append(f"topk-int8 把值压到 1 字节 (每个张量多一个 fp32 缩放因子 ::scale): 张量数据 "
-                     f"{topk.tensor_bytes_per_upload:,.0f} -> {topk_int8.tensor_bytes_per_upload:,.0f} 字节, "
-                     f"body 却只少 {100 * saved:.0f}%: 8 字节的下标没变, 头部还多了 {n_tensors} 个键。"
-                     f"要再省, 先省下标 (int32 或差分编码 delta encoding) 和头部。")
+        change = topk_int8.body_bytes_per_upload / topk.body_bytes_per_upload - 1
+        header_growth = ((topk_int8.body_bytes_per_upload - topk_int8.tensor_bytes_per_upload)
+                         - (topk.body_bytes_per_upload - topk.tensor_bytes_per_upload))
+        line = (f"topk-int8 把值压到 1 字节（每个张量多一个 fp32 缩放因子 ::scale）：张量数据 "
+                f"{topk.tensor_bytes_per_upload:,.0f} -> {topk_int8.tensor_bytes_per_upload:,.0f} 字节，头部多了 "
+                f"{header_growth:,.0f} 字节（{n_tensors} 个 ::scale 键）")
+        if change > 0:
+            line += (f"，body 反而多了 {100 * change:.0f}%：留下的数太少，省下的值字节比不上多出来的键。"
+                     f"这么小的载荷，int8 只有坏处。")
+        else:
+            word = "只少了" if -change < 0.5 else "少了"
+            line += (f"，body {word} {100 * -change:.0f}%：8 字节的下标没变。要再省，先省下标"
+                     f"（int32 或差分编码 delta encoding）和头部。")
+        notes.append(line)
     sparse = [r for r in (topk, topk_int8) if r is not None]
     if dense is not None and sparse:
-        r = sparse[0]
-        sends = r.entries_per_upload * r.steps / n_params
+        first = sparse[0]
+        sends = first.entries_per_upload * first.steps / n_params
         verdicts = []
         for r in sparse:
             diff = r.val_bpc - dense.val_bpc
             word = "差 worse" if diff > 0.005 else "好 better" if diff < -0.005 else "几乎一样 about the same"
-            verdicts.append(f"{r.compression} {r.val_bpc:.4f} ({word}, {diff:+.4f})")
-        notes.append(f"{sparse[0].steps} 步后验证 bpc: none {dense.val_bpc:.4f}, " + ", ".join(verdicts) + "。"
-                     f"一个工人在整个训练里平均只发出每个参数 {sends:.2f} 次 ({sparse[0].entries_per_upload:,.0f} 个数"
-                     f" x {sparse[0].steps} 步 / {n_params:,} 个参数); 误差反馈 error feedback 把没发的部分留在残差里"
-                     f"晚一点再发, 不会丢, 但发出去时已经是旧的梯度了。")
+            verdicts.append(f"{r.compression} {r.val_bpc:.4f}（{word}，{diff:+.4f}）")
+        how_often = (f"平均只把每个参数发出 {sends:.2f} 次" if sends < 1 else f"平均把每个参数发出 {sends:.2f} 次")
+        notes.append(f"{first.steps} 步后验证 bpc：none {dense.val_bpc:.4f}，" + "，".join(verdicts) + "。"
+                     f"一个工作者在整个训练里{how_often}（{first.entries_per_upload:,.0f} 个数 x {first.steps} 步 "
+                     f"/ {n_params:,} 个参数）；误差反馈 error feedback 把没发的部分留在残差里晚一点再发，不会丢，"
+                     f"但发出去时已经是旧的梯度了。")
     if topk is not None and topk_int8 is not None:
         diff = topk_int8.val_bpc - topk.val_bpc
         verdict = ("几乎没有影响 hardly matters" if abs(diff) <= 0.01 else
                    "有可见的代价 visibly costs" if diff > 0 else "反而略好 is slightly better")
-        notes.append(f"在 top-k 之上再做 int8 量化: bpc {topk.val_bpc:.4f} -> {topk_int8.val_bpc:.4f}, {verdict}; "
+        notes.append(f"在 top-k 之上再做 int8 量化：bpc {topk.val_bpc:.4f} -> {topk_int8.val_bpc:.4f}，{verdict}；"
                      f"量化误差也进了误差反馈的残差。")
     for r in results:
         if r.rejected:
-            notes.append(f"{r.compression}: 服务器拒绝了 {sum(r.rejected.values())} 次上传 {r.rejected}。")
+            notes.append(f"{r.compression}：服务器拒绝了 {sum(r.rejected.values())} 次上传 {r.rejected}。")
     return notes
 
 
 def print_timing(results, uplink_mbyte_per_s, file):
     """Measured times vary from run to run, so they go to `file` (stderr), apart from the tables."""
     uplink_bytes_per_s = uplink_mbyte_per_s * 1e6
-    print("\n计时 Timing (本机测得, 每次运行都会变 measured here, varies run to run):", file=file)
+    print("\n计时 Timing（本机测得，每次运行都会变 measured here, varies run to run）：", file=file)
     rows = []
     for r in results:
         upload_s = r.body_bytes_per_upload / uplink_bytes_per_s
         idle = upload_s / (upload_s + r.compute_s_per_step)
         rows.append([r.compression, f"{1e3 * r.compute_s_per_step:.1f}", f"{1e3 * r.encode_s_per_step:.1f}",
                      f"{1e3 * upload_s:.2f}", f"{100 * idle:.0f}%", f"{r.wall_s:.1f}"])
-    for line in format_table(["压缩 compression", "计算 compute ms/step", "压缩+序列化 encode ms",
-                              f"上传 upload ms @{uplink_mbyte_per_s:g} MB/s", "空闲 idle", "用时 wall s"], rows):
+    for line in format_two_line_table(["压缩", "计算 ms/步", "压缩+序列化 ms", "上传 ms", "空闲", "用时 s"],
+                                      ["compression", "compute", "encode", "upload", "idle", "wall"], rows):
         print(line, file=file)
-    print(" 计算 = 一个工人一步前向+反向的 CPU 时间 (中位数); 空闲 idle = 上传 / (上传 + 计算) upload / (upload + compute)。",
-          file=file)
+    lines = [f" 计算 = 一个工作者一步前向+反向的 CPU 时间（中位数）；上传 = 在 {uplink_mbyte_per_s:g} MB/s 时；"
+             f"空闲 idle = 上传 / (上传 + 计算) upload / (upload + compute)。"]
     dense = next((r for r in results if r.compression == "none"), None)
     if dense is not None:
         upload_s = dense.body_bytes_per_upload / uplink_bytes_per_s
         idle = upload_s / (upload_s + dense.compute_s_per_step)
-        print(f" 不压缩时: 算一步 {1e3 * dense.compute_s_per_step:.1f} ms, 上传 {1e3 * upload_s:.1f} ms, 工人 "
-              f"{100 * idle:.0f}% 的时间在等网络。模型大 1000 倍时, 两者大约都乘 1000, 比例差不多; "
-              f"换成更快的 GPU, 计算变短, 比例只会更高。", file=file)
+        lines.append(f" 不压缩时：算一步 {1e3 * dense.compute_s_per_step:.1f} ms，上传 {1e3 * upload_s:.1f} ms，"
+                     f"工作者 {100 * idle:.0f}% 的时间在等网络。模型大 1000 倍时，两者大约都乘 1000，比例差不多；"
+                     f"换成更快的 GPU，计算变短，比例只会更高。")
+    for text in lines:
+        for line in wrap(text):
+            print(line, file=file)
     file.flush()
 
 
@@ -893,7 +939,6 @@ def demo_server_checks(token="demo-token"):
                 status, answer = send()
             report = swarm.status()
             reason = answer.get("error", "")
-            reason = reason if len(reason) <= 60 else reason[:57] + "..."
             rows.append([label, status, reason, report["health"], report["pending_uploads"]])
         before = swarm.version
         first, _ = post(payload(), worker="a", version=before)
@@ -904,25 +949,43 @@ def demo_server_checks(token="demo-token"):
         server.close()
 
 
+def shorten(text, width):
+    """`text` cut to at most `width` display columns at a word boundary, marked with "..."."""
+    if display_width(text) <= width:
+        return text
+    cut = text[:max(1, width - 3)]
+    while display_width(cut) > width - 3:
+        cut = cut[:-1]
+    if " " in cut[width // 2:]:
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,:;(") + "..."
+
+
 def print_server_checks(rows, valid):
-    print_table(["上传 upload", "状态 status", "服务器的回答 the server's reason", "健康 health", "待处理 pending"],
-                [[label, status, reason, health, pending] for label, status, reason, health, pending in rows],
-                aligns=["<", ">", "<", "<", ">"])
+    """Table (2); the server's reason is shortened so that every line fits LINE_WIDTH."""
+    top = ["上传", "状态", "服务器的回答", "健康", "待处理"]
+    bottom = ["upload", "status", "the server's reason", "health", "pending"]
+    fixed = [max(display_width(str(row[i])) for row in rows + [top, bottom]) for i in (0, 1, 3, 4)]
+    room = max(20, LINE_WIDTH - sum(fixed) - 2 * (len(top) - 1))
+    cells = [[label, status, shorten(reason, room), health, pending] for label, status, reason, health, pending in rows]
+    for line in format_two_line_table(top, bottom, cells, aligns=["<", ">", "<", "<", ">"]):
+        print(line)
     first, second, applied, before, after, health = valid
     outcome = "成功 succeeded" if (first, second, applied) == (200, 200, True) and after == before + 1 else "失败 FAILED"
-    print(f"之后一轮有效上传 then a valid round (topk + topk-int8): {first}, {second}, "
-          f"版本 version {before} -> {after}, health {health}: {outcome}。")
+    print_wrapped(f"之后一轮有效上传 then a valid round（topk + topk-int8）：{first}, {second}，"
+                  f"版本 version {before} -> {after}，health {health}：{outcome}。")
 
 
 def run_default(args):
     torch.set_num_threads(1)
     pool = start_worker_pool(args.workers)   # first: their start-up overlaps ours
+    finished = False
     try:
         _, val_tokens = load_world_tokens()
         model = make_model(BASE_CONFIG, seed=args.seed)
         n_params, n_tensors = model.n_params(), len(list(model.parameters()))
-        print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP ({args.workers} 个工人 workers, "
-                     f"{args.update}, {args.steps} 步 steps, 每个工人 batch {args.batch_size})")
+        print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
+                     f"{args.update}，{args.steps} 步，每个 batch {args.batch_size}）")
         sys.stdout.flush()   # progress lines go to stderr while the swarms train
         server_config = ServerConfig(world_size=args.workers, update=args.update, steps=args.steps,
                                      round_deadline_s=args.round_deadline_s, max_staleness=args.max_staleness,
@@ -936,17 +999,18 @@ def run_default(args):
             result = run_swarm(pool, server_config, worker_config, val_tokens)
             print(f"  {mode}: {result.steps} 步 steps, {result.wall_s:.1f} s", file=sys.stderr, flush=True)
             results.append(result)
+        finished = True
     finally:
-        stop_worker_pool(pool)
+        stop_worker_pool(pool, at_once=not finished)
 
     print("\n(1) 每种压缩训练一次 one training run per compression mode")
     print_traffic_table(results, args.workers, args.uplink_mbyte_per_s, n_params)
-    print("\n(2) 服务器检查什么 what the server checks: 每种坏上传发一次, 之后看它是否健康 one bad upload of each kind")
+    print("\n(2) 服务器检查什么 what the server checks：每种坏上传发一次，之后看它是否健康")
     print_server_checks(*demo_server_checks())
 
     print("\n观察 Observations:")
     for i, text in enumerate(traffic_observations(results, n_params, n_tensors, args.topk_ratio), 1):
-        print(f" {i}. {text}")
+        print_wrapped(f" {i}. {text}")
     sys.stdout.flush()
     print_timing(results, args.uplink_mbyte_per_s, sys.stderr)
     return results
@@ -956,7 +1020,17 @@ def run_default(args):
 # Running by parts: --serve and --worker
 # ---------------------------------------------------------------------------
 
+def script_path():
+    """This script's path as the user can type it from the current directory."""
+    path = Path(__file__).resolve()
+    try:
+        return os.path.relpath(path)
+    except ValueError:   # another drive (Windows)
+        return str(path)
+
+
 def run_serve(args):
+    """The parameter server alone; Ctrl-C (KeyboardInterrupt) stops it, after closing the server."""
     torch.set_num_threads(1)
     config = ServerConfig(world_size=args.workers, update=args.update, steps=args.steps,
                           round_deadline_s=args.round_deadline_s, max_staleness=args.max_staleness,
@@ -966,14 +1040,15 @@ def run_serve(args):
     except OSError as error:   # e.g. the port is taken
         print(f"无法监听 cannot listen on {HOST}:{args.port}: {error}", file=sys.stderr)
         return 1
-    print(f"参数服务器 parameter server: {server.url}  ({config.update}, world_size {config.world_size}, "
-          f"{config.steps} 步 steps, token {'on' if config.token else 'off'})", flush=True)
-    print(f"工人 workers: python3 {Path(__file__).name} --worker {server.url} --worker-id N"
-          + (" --token ..." if config.token else ""), flush=True)
-    _, val_tokens = load_world_tokens()
-    swarm = server.swarm
-    shown = 0
     try:
+        print(f"参数服务器 parameter server: {server.url}  ({config.update}, world_size {config.world_size}, "
+              f"{config.steps} 步 steps, token {'on' if config.token else 'off'})", flush=True)
+        print(f"每个工作者一个终端 one terminal per worker, N = 0 .. {config.world_size - 1}:", flush=True)
+        print(f"  python3 {script_path()} --worker {server.url} --worker-id N"
+              + (" --token ..." if config.token else ""), flush=True)
+        _, val_tokens = load_world_tokens()
+        swarm = server.swarm
+        shown = 0
         while not swarm.done:
             with swarm.changed:
                 swarm.changed.wait_for(lambda: swarm.version > shown, timeout=1.0)
@@ -986,8 +1061,6 @@ def run_serve(args):
         print(f"训练完成 done: 验证 bpc {bpc:.4f}; /status 仍可查询, Ctrl-C 退出 to quit", flush=True)
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
-        print("\n停止 stopping", flush=True)
     finally:
         server.close()
 
@@ -997,11 +1070,11 @@ def run_worker_cli(args):
     config = WorkerConfig(worker_id=args.worker_id, compression=args.compression, topk_ratio=args.topk_ratio,
                           batch_size=args.batch_size, data_seed=args.data_seed, token=args.token)
     url = args.worker.rstrip("/")
-    print(f"工人 worker {config.worker_id} -> {url} ({config.compression})", flush=True)
+    print(f"工作者 worker {config.worker_id} -> {url} ({config.compression})", flush=True)
     try:
         stats = Worker(url, config).run()
     except (urllib.error.URLError, ConnectionError, TimeoutError, RuntimeError) as error:
-        print(f"工人停止 worker stopped: {error}", file=sys.stderr)
+        print(f"工作者停止 worker stopped: {error}", file=sys.stderr)
         return 1
     print(f"上传 uploads {stats['uploads']}, 接受 accepted {stats['accepted']}, "
           f"发送 sent {stats['body_bytes_sent']:,} 字节 bytes, 拒绝 rejected {stats['rejected'] or 0}", flush=True)
@@ -1048,51 +1121,93 @@ def mode_list(text):
     return modes
 
 
+# Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
+ROLE_FLAGS = {
+    "default": {"workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
+                "uplink_mbyte_per_s", "token", "topk_ratio", "batch_size", "seed", "data_seed"},
+    "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
+              "port", "token", "seed", "verbose"},
+    "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed"},
+    "worker_pool": {"worker_pool"},
+}
+ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)", "serve": "--serve",
+              "worker": "--worker", "worker_pool": "--worker-pool"}
+
+
 def build_parser():
     server_defaults, worker_defaults = ServerConfig(), WorkerConfig()
     parser = argparse.ArgumentParser(
-        description="A tiny GPT trained by a swarm of worker processes over HTTP (lecture 9, code 6).")
+        description="一群工作者进程通过 HTTP 训练一个小 GPT（第 9 讲 代码 6）。A tiny GPT trained by a swarm of "
+                    "worker processes over HTTP (lecture 9, code 6). 不带 --serve / --worker：默认运行 the default "
+                    "run, tables (1) and (2).")
     role = parser.add_mutually_exclusive_group()
-    role.add_argument("--serve", action="store_true", help="run only the parameter server and print its URL")
-    role.add_argument("--worker", type=server_url, metavar="URL", help="run one worker against the server at URL")
+    role.add_argument("--serve", action="store_true",
+                      help="只跑参数服务器，打印它的 URL (run only the parameter server)")
+    role.add_argument("--worker", type=server_url, metavar="URL",
+                      help="跑一个工作者，连到 URL 的服务器 (run one worker against the server at URL)")
     role.add_argument("--worker-pool", action="store_true",
-                      help="internal (the default run uses it): run worker jobs read as JSON lines from stdin")
+                      help="内部用 internal (the default run's worker processes read JSON jobs from stdin)")
     parser.add_argument("--workers", type=WORKER_COUNT, default=server_defaults.world_size,
-                        help="workers in the default run; with --serve, the world size of a round (default 4)")
+                        help="默认运行的工作者数；--serve 时是一轮的工作者数 world size "
+                             "(default %(default)s)")
     parser.add_argument("--steps", type=positive_int, default=server_defaults.steps,
-                        help=f"optimizer steps per training run (default {server_defaults.steps})")
-    parser.add_argument("--modes", type=mode_list, default=list(DEFAULT_MODES),
-                        help="compression modes the default run compares (default none,topk,topk-int8)")
+                        help="每次训练的优化器步数 optimizer steps per training run (default %(default)s)")
+    parser.add_argument("--modes", type=mode_list, default=",".join(DEFAULT_MODES),
+                        help="默认运行比较的压缩方式 compression modes to compare (default %(default)s)")
     parser.add_argument("--update", choices=("sync", "async"), default=server_defaults.update,
-                        help="sync: average one upload per worker, then step; async: step per upload")
+                        help="sync：每个工作者一份求平均再走一步；async：每份上传走一步 "
+                             "(default %(default)s)")
     parser.add_argument("--round-deadline-s", type=positive_float, default=server_defaults.round_deadline_s,
-                        help="sync: step with the uploads that arrived after this many seconds")
+                        help="sync：一轮等这么多秒还没收齐，就用已到的走一步 round deadline (default %(default)s)")
     parser.add_argument("--max-staleness", type=non_negative_int, default=server_defaults.max_staleness,
-                        help="async: accept uploads at most this many versions old")
+                        help="async：最多接受旧几个版本的上传 largest accepted age (default %(default)s)")
     parser.add_argument("--max-body-bytes", type=positive_int, default=server_defaults.max_body_bytes,
-                        help="largest upload body the server reads (413 above it)")
+                        help="服务器读的最大上传 body，超过就 413 upload size cap (default %(default)s)")
     parser.add_argument("--uplink-mbyte-per-s", type=positive_float, default=DEFAULT_UPLINK_MBYTE_PER_S,
-                        help="modeled worker uplink in MB/s (1 MB = 10^6 bytes) for upload times")
-    parser.add_argument("--port", type=PORT, default=0, help="--serve: port (default 0: a free one)")
-    parser.add_argument("--token", type=token, default=None, help="shared bearer token for uploads")
+                        help="模型化的工作者上行带宽 modeled uplink, MB/s (1 MB = 10^6 bytes) "
+                             "(default %(default)s)")
+    parser.add_argument("--port", type=PORT, default=0,
+                        help="--serve：端口 port; 0 = 系统挑一个空闲的 a free one (default %(default)s)")
+    parser.add_argument("--token", type=token, default=None,
+                        help="上传用的共享 bearer token shared secret; 不给 none: 默认运行随机生成一个, "
+                             "--serve 不检查 (default %(default)s)")
     parser.add_argument("--worker-id", type=WORKER_ID, default=worker_defaults.worker_id,
-                        help="--worker: this worker's id (distinct per worker; seeds its batches)")
+                        help="--worker：这个工作者的编号，每个不同，决定它的 batch worker id "
+                             "(default %(default)s)")
     parser.add_argument("--compression", choices=WIRE_MODES, default=worker_defaults.compression,
-                        help="--worker: upload format")
+                        help="--worker：上传格式 upload format (default %(default)s)")
     parser.add_argument("--topk-ratio", type=ratio, default=worker_defaults.topk_ratio,
-                        help="fraction of each tensor's entries a top-k upload keeps (default 0.01)")
+                        help="top-k 上传保留的每个张量元素比例 fraction of entries kept (default %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, default=worker_defaults.batch_size,
-                        help="sequences per worker per step (default 8)")
+                        help="每个工作者每步的序列数 sequences per worker per step (default %(default)s)")
     parser.add_argument("--seed", type=non_negative_int, default=server_defaults.model_seed,
-                        help="seed of the starting weights")
+                        help="初始权重的种子 seed of the starting weights (default %(default)s)")
     parser.add_argument("--data-seed", type=non_negative_int, default=worker_defaults.data_seed,
-                        help="seed of the workers' batch generators (with the worker id)")
-    parser.add_argument("--verbose", action="store_true", help="--serve: log every HTTP request")
+                        help="工作者抽 batch 的种子（和编号一起）seed of the batch generators "
+                             "(default %(default)s)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="--serve：记录每个 HTTP 请求 log every request (default %(default)s)")
     return parser
 
 
+def parse_args(argv=None):
+    """Parse the flags; refuse (exit 2) a flag the chosen mode would not read."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    probe, not_given = build_parser(), object()   # every default replaced by a marker
+    probe.set_defaults(**{name: not_given for name in vars(args)})
+    given = {name for name, value in vars(probe.parse_args(argv)).items() if value is not not_given}
+    role = ("serve" if args.serve else "worker" if args.worker else
+            "worker_pool" if args.worker_pool else "default")
+    unused = sorted(given - ROLE_FLAGS[role])
+    if unused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        parser.error(f"{flags} 在{ROLE_NAMES[role]}里不起作用 (not used in this mode)")
+    return args
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.serve:
         return run_serve(args)
     if args.worker:
@@ -1108,4 +1223,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)
