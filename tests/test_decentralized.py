@@ -1,5 +1,8 @@
 """Lecture 9 code 5: the simulated data-parallel step, a quick smoke run, flag checking."""
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from conftest import LECTURE09, load_script
@@ -117,3 +120,172 @@ def test_the_extremes_of_every_demo1_range_run_cleanly():
                                *extreme], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and "Warning" not in done.stderr and "Traceback" not in done.stderr
         assert "最优（已证明）proven optimum" in done.stdout
+
+
+# ----------------------------------------------------------------------------------
+# Issue 11: progress, words under exercise flags, unused flags, fast --help
+# ----------------------------------------------------------------------------------
+
+def _schedule(*argv):
+    return code5.parse_args(["--quick", "--demo", "1", *argv])[1]
+
+
+def test_progress_goes_to_stderr_and_leaves_stdout_unchanged(capsys):
+    """Demo 1's stdout is the same with progress written to a log stream, to a terminal
+    (one status line, erased at the end) and to stderr; the progress itself names each search."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    setup = _schedule()
+    outputs = []
+    log, terminal = io.StringIO(), Terminal()
+    for progress in (code5.Progress(log), code5.Progress(terminal), None):
+        code5.run_demo1(setup, progress=progress)
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == outputs[2]
+    lines = log.getvalue().splitlines()
+    for search in ("随机分配", "严格局部搜索", "持平局部搜索", "遗传算法", "最优分配"):
+        assert any(search in line for line in lines), search
+    assert sum("重启 restart" in line for line in lines) == 2 * setup.restarts
+    assert "\n" not in terminal.getvalue() and terminal.getvalue().endswith("\r")
+    assert terminal.getvalue().rsplit("\r", 2)[-2].strip() == ""          # the status line is erased
+    assert not any("搜索中" in line for line in outputs[0].splitlines())
+
+
+def _table_costs(out):
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\S.*?)\s+(\d+\.\d+) 秒\s+(\d+\.\d)\s", line)
+        if m:
+            rows[m.group(1)] = float(m.group(2))
+    return rows
+
+
+
+@pytest.mark.parametrize("argv", [[], ["--inter-gbps", "5", "10"], ["--intra-gbps", "2"], ["--global-batch", "64"],
+                                  ["--global-batch", "256"], ["--network", "aws-world"]])
+def test_demo1_observation_2_follows_the_printed_numbers(argv, capsys):
+    """Which hand layout is cheaper, and whether the proven optimum is one of them, read
+    from the printed table; the observations must say the same."""
+    result = code5.main(["--quick", "--demo", "1", *argv])["demo1"]
+    out = capsys.readouterr().out
+    flat = re.sub(r"\s+", "", out)
+    rows = _table_costs(out)
+    optimum = rows["最优（已证明）proven optimum"]
+    hand_pp = rows.get("按地区放流水线（数据并行跨地区）")
+    hand_dp = rows.get("按地区放数据并行组（流水线跨地区）")
+    reached = re.search(r"这次达到最优的：(.*?)。", flat)
+    reached = reached.group(1).split("、") if reached else []
+    if hand_pp is not None and hand_dp is not None:
+        if hand_pp < hand_dp:
+            assert "把流水线留在地区内、让数据并行跨地区更好" in flat
+            assert "把数据并行组留在地区内、让流水线跨地区更好" not in flat
+        else:
+            assert hand_pp > hand_dp
+            assert "把数据并行组留在地区内、让流水线跨地区更好" in flat
+            assert "把流水线留在地区内、让数据并行跨地区更好" not in flat
+        best_hand = min(hand_pp, hand_dp)
+        if best_hand <= optimum:                        # printed to 2 decimals: equal means optimal
+            assert "两种都不是最优" not in flat
+            winner = "按地区放流水线（数据并行跨地区）" if hand_pp < hand_dp else "按地区放数据并行组（流水线跨地区）"
+            assert winner in reached
+        else:
+            assert "但两种都不是最优" in flat and f"最优分配{optimum:.2f}秒" in flat
+            stats = code5.dist_sim.layout_stats(result["optimum"].assignment, result["geo"], 4, 8)
+            assert (f"{stats['pipeline_links_within_region']}/{stats['pipeline_links']}条流水线边在地区内、"
+                    f"{stats['dp_groups_within_region']}/{stats['dp_groups']}个数据并行组整组在一个地区") in flat
+            like_dp = stats["dp_groups_within_region"] == stats["dp_groups"]
+            assert ("和'按地区放数据并行组'一样" in flat) == like_dp
+            wrong_pick = like_dp and hand_pp < hand_dp
+            assert ("会选错把什么留在地区内" in flat) == wrong_pick
+            assert not any(name.startswith("按地区") for name in reached)
+    else:
+        assert hand_pp is not None and hand_dp is None          # aws-world: cities of 4 cannot hold a DP group
+        assert ("它就是最优的" in flat) == (hand_pp <= optimum)
+    assert "。。" not in flat
+
+
+def test_inter_gbps_5_10_says_the_optimum_keeps_data_parallel_groups_together(capsys):
+    """The issue's case: the cheaper hand layout keeps pipelines in regions, the optimum
+    keeps every data-parallel group in one region; the observation says so."""
+    code5.main(["--quick", "--demo", "1", "--inter-gbps", "5", "10"])
+    flat = re.sub(r"\s+", "", capsys.readouterr().out)
+    assert "把流水线留在地区内、让数据并行跨地区更好。但两种都不是最优" in flat
+    assert "4/4个数据并行组整组在一个地区" in flat and "会选错把什么留在地区内" in flat
+
+
+def test_demo1_stdout_does_not_depend_on_the_unused_flag_note(capsys):
+    code5.main(["--quick", "--demo", "1"])
+    plain = capsys.readouterr()
+    code5.main(["--quick", "--demo", "1", "--steps", "7", "--restarts", "9", "--topk-ratio", "0.5"])
+    noted = capsys.readouterr()
+    assert noted.out == plain.out
+    assert "注意 note" not in plain.err
+
+
+@pytest.mark.parametrize("argv, ignored, overridden", [
+    (["--quick", "--steps", "7", "--restarts", "9"], [], ["--restarts", "--steps"]),
+    (["--demo", "1", "--topk-ratio", "0.5", "--fp32", "--steps", "20"], ["--fp32", "--steps", "--topk-ratio"], []),
+    (["--demo", "2", "--quick", "--network", "aws-world", "--restarts", "3", "--steps", "4"],
+     ["--network", "--restarts"], ["--steps"]),
+    (["--demo", "2", "--steps", "300", "--jobs", "1"], [], []),     # a default value given by hand is still used
+    (["--quick", "--demo", "1", "--global-batch", "64"], [], []),
+])
+def test_flags_that_are_ignored_or_overridden_are_named_on_one_stderr_line(argv, ignored, overridden, capsys):
+    code5.parse_args(argv)
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("注意 note")]
+    if not ignored and not overridden:
+        assert notes == []
+        return
+    assert len(notes) == 1
+    note = notes[0]
+    if ignored:
+        assert "忽略 " + " ".join(ignored) + " (ignored)" in note
+    if overridden:
+        assert "覆盖 " + " ".join(overridden) + " (overridden by --quick)" in note
+    assert ("忽略" in note) == bool(ignored) and ("覆盖" in note) == bool(overridden)
+
+
+@pytest.mark.parametrize("argv, chinese", [(["--global-batch", "4"], "不能小于副本数 8"),
+                                           (["--genetic-budget", "10"], "至少要 6006")])
+def test_cross_flag_errors_are_bilingual_and_one_line(argv, chinese, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        code5.parse_args(argv)
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert chinese in last and "must be at least" in last
+    assert last.index(chinese) < last.index("must be at least")         # Chinese first
+
+
+def test_demo2_flag_defaults_written_out_agree_with_compressed_dp():
+    t, seeds = code5.compressed_dp.TrainSetup(), code5.compressed_dp.Seeds()
+    c = code5.CompressionSetup()
+    assert code5.DEMO2_DEFAULTS == dict(steps=t.steps, topk_ratio=t.topk_ratio, sgd_lr=t.sgd_lr,
+                                        sgd_momentum=t.sgd_momentum, model_seed=seeds.model, data_seed=seeds.data,
+                                        seeds=c.n_seeds, jobs=c.jobs)
+    args, _, compression = code5.parse_args([])
+    assert replace(compression.train, precision=t.precision) == t and compression.seeds == seeds
+
+
+@pytest.mark.parametrize("script, argv", [(LECTURE09 / "05_decentralized.py", ["--help"]),
+                                          (LECTURE09 / "05_decentralized.py", ["--global-batch", "4"]),
+                                          (LECTURE09 / "05_decentralized.py", ["--steps", "0"])])
+def test_help_and_flag_errors_do_not_import_torch(script, argv):
+    """--help and a flag error answer before torch is imported (it takes ~1.5 s)."""
+    import subprocess
+    import sys
+    probe = ("import runpy, sys\n"
+             f"sys.argv = [{str(script)!r}] + {argv!r}\n"
+             "try:\n"
+             f"    runpy.run_path({str(script)!r}, run_name='__main__')\n"
+             "except SystemExit as e:\n"
+             "    print('exit', e.code, 'torch' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    expected = 0 if argv == ["--help"] else 2
+    assert last == f"exit {expected} False", done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

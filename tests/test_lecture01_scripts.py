@@ -95,3 +95,84 @@ def test_real_words_count_complete_words_only():
 def test_unigram_bits():
     assert train_base.unigram_bits("abab") == pytest.approx(1.0)
     assert train_base.unigram_bits("aaaa") == 0.0
+
+
+# ----------------------------------------------------------------------------------
+# Issue 11: extreme values, a diverged run, fast --help
+# ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--lr", "1e9"], ["--lr", "1.5"], ["--lr", "0"], ["--lr", "inf"]])
+def test_train_base_learning_rate_is_in_0_1(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_base.parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "(0, 1]" in err and "Traceback" not in err
+    assert train_base.parse_args(["--lr", "1"])[0].peak_lr == 1.0
+
+
+def test_a_diverged_run_says_so_in_one_line_and_skips_samples_and_probes(monkeypatch, capsys):
+    """Training that ends in NaN (what --lr 1e9 did): one line, no sampling from NaN
+    probabilities, no probes, no traceback."""
+    import torch
+    import tiny_gpt
+
+    def diverging_train(model, train_data, config, on_step=None):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float("nan"))
+        for step in range(config.steps):
+            on_step(step, float("nan"))
+        return [float("nan")] * config.steps
+
+    monkeypatch.setattr(tiny_gpt, "train", diverging_train)
+    result = train_base.main(["--steps", "4", "--eval-every", "2", "--probes", "5", "--samples", "2", "--no-cache"])
+    out = capsys.readouterr().out
+    assert result["diverged"] and not math.isfinite(result["final_bpc"])
+    assert sum("训练发散了 training diverged" in line for line in out.splitlines()) == 1
+    assert "samples" not in out and "fact probes" not in out and "观察 Observations" not in out
+
+
+def test_a_run_that_gets_worse_is_not_said_to_improve(monkeypatch, capsys):
+    import tiny_gpt
+    real = tiny_gpt.bits_per_char
+    calls = []
+
+    def rising(model, data):
+        calls.append(1)
+        return real(model, data) + 10.0 * (len(calls) - 1)     # every evaluation 10 bits worse
+
+    monkeypatch.setattr(tiny_gpt, "bits_per_char", rising)
+    result = train_base.main(["--steps", "2", "--eval-every", "2", "--probes", "3", "--samples", "0", "--no-cache"])
+    out = capsys.readouterr().out.replace("\n", "").replace(" ", "")
+    assert result["final_bpc"] > result["history"]["evals"][0][1]
+    assert "反而升到" in out and f"降到{result['final_bpc']:.3f}" not in out
+
+
+def test_world_train_chars_has_an_upper_bound(capsys):
+    world = load_script(LECTURE01 / "01_world.py")
+    for text in ("1000000000", str(world.MAX_TRAIN_CHARS + 1)):
+        with pytest.raises(SystemExit) as exit_info:
+            world.parse_args(["--train-chars", text])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "error: argument --train-chars" in err.strip().splitlines()[-1]
+        assert "Traceback" not in err
+    assert world.parse_args(["--train-chars", str(world.MAX_TRAIN_CHARS)]).train_chars == world.MAX_TRAIN_CHARS
+
+
+@pytest.mark.parametrize("script, argv, code", [("01_world.py", ["--help"], 0), ("02_train_base.py", ["--help"], 0),
+                                                ("02_train_base.py", ["--lr", "1e9"], 2),
+                                                ("01_world.py", ["--train-chars", "1000000000"], 2)])
+def test_help_and_flag_errors_do_not_import_torch(script, argv, code):
+    import subprocess
+    import sys
+    path = str(LECTURE01 / script)
+    probe = ("import runpy, sys\n"
+             f"sys.argv = [{path!r}] + {argv!r}\n"
+             "try:\n"
+             f"    runpy.run_path({path!r}, run_name='__main__')\n"
+             "except SystemExit as e:\n"
+             "    print('exit', e.code, 'torch' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == f"exit {code} False", done.stderr[-2000:]

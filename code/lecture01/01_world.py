@@ -34,12 +34,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cli_args import int_at_least, int_in  # noqa: E402
+from cli_args import run_main, int_at_least, int_in  # noqa: E402
 from console import bar_chart, print_header, print_table, print_wrapped  # noqa: E402
 from fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world  # noqa: E402
 
 WRAP_COLUMNS = 88            # sample sentences are wrapped to this width
 MIN_TRAIN_CHARS = 2_000      # below this the world has too few documents to sample from
+MAX_TRAIN_CHARS = 10_000_000  # 10x the default, ~2 s; 10^9 would run for minutes without a word
 
 # How each relation is shown in the fact table (Chinese first, English beside it).
 RELATION_NAMES = {
@@ -67,9 +68,9 @@ def parse_args(argv=None):
                         help="打印多少个训练文本里的样例句子 sample sentences to print (default 8)")
     parser.add_argument("--top", type=int_in(1, len(ALPHABET)), default=20,
                         help="字符频率图显示多少个字符 characters in the frequency chart (default 20)")
-    parser.add_argument("--train-chars", type=int_at_least(MIN_TRAIN_CHARS),
+    parser.add_argument("--train-chars", type=int_in(MIN_TRAIN_CHARS, MAX_TRAIN_CHARS),
                         default=WORLD_CONFIG.train_chars,
-                        help=f"训练文本至少多少字符 minimum training characters "
+                        help=f"训练文本至少多少字符 minimum training characters, {MIN_TRAIN_CHARS}-{MAX_TRAIN_CHARS} "
                              f"(default {WORLD_CONFIG.train_chars})")
     return parser.parse_args(argv)
 
@@ -274,4 +275,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

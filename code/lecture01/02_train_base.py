@@ -38,15 +38,30 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import torch  # noqa: E402
-
-import tiny_gpt  # noqa: E402
-from cli_args import (add_precision_arguments, non_negative_int, positive_float,  # noqa: E402
+from cli_args import (run_main, add_precision_arguments, float_in, non_negative_int,  # noqa: E402
                       positive_int, precision_from_args)
 from console import bar_chart, pad, print_header, print_table, print_wrapped, wrap  # noqa: E402
 from fm_world import ALPHABET, PROBE_RELATIONS, build_world  # noqa: E402
 
 CACHE_DIR = HERE / "cache"
+LEARNING_RATE = float_in(0, 1, low_open=True)   # --lr in (0, 1]: the default is 3e-3; far above 1 only diverges
+
+
+# torch and tiny_gpt (which imports torch) take about 1.5 s to import: they are imported on
+# first use, after the flags are parsed, so --help and a flag error answer at once.
+def _heavy():
+    global torch, tiny_gpt
+    if "tiny_gpt" in globals():
+        return
+    import torch
+    import tiny_gpt
+
+
+def __getattr__(name):
+    if name in ("torch", "tiny_gpt"):
+        _heavy()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,7 @@ class BaseRunConfig:
     early_evals: tuple = (25, 50, 100, 150)   # extra early points: the first hundred steps change the most
     # "bf16" or "fp32" forward (tiny_gpt.lm_loss); the default is --precision auto resolved on this
     # CPU: bf16 only where the CPU has bf16 hardware (elsewhere it is emulated and ~3x slower).
-    precision: str = field(default_factory=lambda: tiny_gpt.resolve_precision("auto"))
+    precision: str = field(default_factory=lambda: _heavy() or tiny_gpt.resolve_precision("auto"))
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
@@ -76,11 +91,12 @@ class BaseRunConfig:
 
 
 def parse_args(argv=None):
-    d = BaseRunConfig()
+    d = BaseRunConfig          # the class: its plain defaults, without resolving the precision (torch)
     p = argparse.ArgumentParser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
     p.add_argument("--steps", type=positive_int, default=d.steps, help=f"训练步数 training steps (default {d.steps})")
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help=f"每步的序列数 (default {d.batch_size})")
-    p.add_argument("--lr", type=positive_float, default=d.peak_lr, help=f"峰值学习率 peak learning rate (default {d.peak_lr})")
+    p.add_argument("--lr", type=LEARNING_RATE, default=d.peak_lr,
+                   help=f"峰值学习率 peak learning rate, in (0, 1] (default {d.peak_lr})")
     p.add_argument("--eval-every", type=positive_int, default=d.eval_every, help=f"每隔多少步测一次验证集 (default {d.eval_every})")
     p.add_argument("--seed", type=non_negative_int, default=d.model_seed, help="模型初始化的种子 model init seed (default 0)")
     p.add_argument("--data-seed", type=non_negative_int, default=d.data_seed, help="数据顺序的种子 data order seed (default 1)")
@@ -91,6 +107,7 @@ def parse_args(argv=None):
     p.add_argument("--retrain", action="store_true", help="忽略缓存，重新训练 ignore the cache and train again")
     p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
     args = p.parse_args(argv)
+    _heavy()
     return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr,
                          eval_every=args.eval_every, model_seed=args.seed, data_seed=args.data_seed,
                          world_seed=args.world_seed, n_probes=args.probes,
@@ -308,8 +325,8 @@ def loss_chart_lines(history, n_bars=12):
 
 
 def main(argv=None):
-    tiny_gpt.use_deterministic_threads()
     run, args = parse_args(argv)
+    tiny_gpt.use_deterministic_threads()
     world = build_world(run.world_seed)
     tokenizer = tiny_gpt.CharTokenizer(ALPHABET)
     train_text = world.train_text()
@@ -335,6 +352,15 @@ def main(argv=None):
 
     model, history, from_cache = load_or_train(run, train_data, val_data,
                                                use_cache=not args.no_cache, retrain=args.retrain)
+    final_bpc = history["evals"][-1][1]
+    if not (math.isfinite(final_bpc) and all(math.isfinite(b) for b in history["train_bits"][-run.eval_every:])):
+        # A diverged run (NaN or inf loss): its samples and probes would mean nothing, and
+        # sampling from NaN probabilities fails. One line, and stop here.
+        print(f"\n训练发散了 training diverged：最后的验证 bits/字符 = {final_bpc:.4f}（学习率 --lr {run.peak_lr:g} "
+              "太大？），不画损失曲线、不生成样本、不问事实。")
+        print(f"（训练用时 {history['seconds']:.0f} 秒）", file=sys.stderr)
+        return {"final_bpc": final_bpc, "diverged": True, "precision": run.precision, "history": history,
+                "from_cache": from_cache}
 
     print("\n训练损失曲线 training loss (bits per character, 每段的平均 mean per span):")
     for line in loss_chart_lines(history):
@@ -374,7 +400,10 @@ def main(argv=None):
                   else f"随机初始化；均匀瞎猜是 {uniform_bits:.3f}")
     context_note = (f"低于一元模型的 {unigram:.2f}：模型在利用前文。" if final_bpc < unigram
                     else f"不低于一元模型的 {unigram:.2f}：还没学会利用前文。")
-    print_wrapped(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（{start_note}）降到 {final_bpc:.3f}，" + context_note
+    moved = ("降到" if final_bpc < first_bpc else
+             "反而升到" if final_bpc > first_bpc else "停在")
+    hint = "（学习率太大？learning rate too high?）" if final_bpc > first_bpc else ""
+    print_wrapped(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（{start_note}）{moved} {final_bpc:.3f}{hint}，" + context_note
                   + (f"第一次低于 2.0 是在第 {spelled_at} 步的测量点。" if spelled_at is not None
                      else "这次训练没有降到 2.0 以下。"))
 
@@ -418,8 +447,8 @@ def main(argv=None):
     return {"final_bpc": final_bpc, "fact_accuracy": accuracy, "baseline_accuracy": baseline,
             "n_correct": n_correct, "n_baseline": n_baseline, "probe_sd": sd, "probe_verdict": verdict,
             "real_words": n_real, "sample_words": n_words, "samples": samples, "precision": run.precision,
-            "history": history, "from_cache": from_cache}
+            "history": history, "from_cache": from_cache, "diverged": False}
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

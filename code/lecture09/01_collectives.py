@@ -46,7 +46,7 @@ import alpha_beta  # noqa: E402
 import dist_sim  # noqa: E402  (only its FIGURES table: the data-center link)
 import gloo_ranks  # noqa: E402  (no torch at import: --help stays fast)
 from alpha_beta import ALGORITHMS, COLLECTIVES  # noqa: E402
-from cli_args import int_in, positive_float  # noqa: E402
+from cli_args import run_main, int_in, positive_float  # noqa: E402
 from console import print_header, print_table, print_wrapped  # noqa: E402
 
 
@@ -412,11 +412,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:          # gloo_ranks has already stopped its processes
-        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
-    except gloo_ranks.RankFailed as error:   # a rank crashed or timed out; every process is stopped
-        print(f"错误 error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main, failures=(gloo_ranks.RankFailed,))

@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lecture01"))
 
 import gloo_ranks  # noqa: E402  (no torch at import: --help stays fast)
-from cli_args import int_in, positive_float  # noqa: E402
+from cli_args import run_main, int_in, positive_float  # noqa: E402
 from console import display_width, pad, print_header, print_table, print_wrapped  # noqa: E402
 
 
@@ -379,11 +379,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:          # gloo_ranks has already stopped its processes
-        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
-    except gloo_ranks.RankFailed as error:   # a rank crashed or timed out; every process is stopped
-        print(f"错误 error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main, failures=(gloo_ranks.RankFailed,))

@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent / "lecture01"))
 
 import alpha_beta  # noqa: E402
 import memory_model as mm  # noqa: E402
-from cli_args import float_in, int_in, non_negative_int, positive_float, positive_int  # noqa: E402
+from cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int  # noqa: E402
 from console import print_header, print_table, print_wrapped  # noqa: E402
 
 
@@ -437,8 +437,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:          # run_ranks has already stopped the rank processes
-        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

@@ -48,7 +48,7 @@ import alpha_beta  # noqa: E402
 import memory_model as mm  # noqa: E402
 import parallel_plan  # noqa: E402
 import pipeline  # noqa: E402
-from cli_args import int_in, non_negative_int, positive_int  # noqa: E402
+from cli_args import run_main, int_in, non_negative_int, positive_int  # noqa: E402
 from console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped  # noqa: E402
 
 
@@ -539,8 +539,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:          # run_ranks has already stopped the rank processes
-        print("\n已中断 interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)
