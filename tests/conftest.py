@@ -70,3 +70,63 @@ def run_script(path, *args, timeout_s=1800):
                           cwd=str(ROOT.parent), timeout=timeout_s)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def main_quietly(main, argv):
+    """(what main(argv) returns, what it printed): a script's main run in this process."""
+    import contextlib
+    import io
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        results = main(argv)
+    return results, buffer.getvalue()
+
+
+# --- Ctrl-C as a terminal sends it: SIGINT to the script's whole process group ----------
+
+def start_in_own_group(path, *args, cwd=None):
+    """Start a script as a student would, in its own process group (so the test can press
+    Ctrl-C on the group, and find every process the script started)."""
+    import subprocess
+    return subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, cwd=cwd)
+
+
+def group_processes(pgid):
+    """Process ids still alive in a process group."""
+    import subprocess
+    return [int(p) for p in subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()]
+
+
+def wait_until_group_has(proc, n_processes, timeout_s=60):
+    """Wait until the script has started its own processes (n_processes in all, itself
+    included), then a moment more, so Ctrl-C arrives while they run."""
+    import time
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and len(group_processes(proc.pid)) < n_processes and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.5)                     # past the moment a launcher ignores SIGINT while it starts them
+
+
+def press_ctrl_c(proc, timeout_s=60):
+    """Send SIGINT to the group; return (status, stdout, stderr, processes left after 10 s)."""
+    import os
+    import signal
+    import time
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=timeout_s)
+    left = group_processes(proc.pid)
+    deadline = time.time() + 10
+    while left and time.time() < deadline:   # the stdlib's resource tracker exits just after
+        time.sleep(0.2)
+        left = group_processes(proc.pid)
+    return proc.returncode, out, err, left
+
+
+def interrupt_when_ranks_run(argv, n_ranks, timeout_s=60):
+    """Start a script (argv: its path and flags) in its own process group and press Ctrl-C
+    once its ranks are running; return (status, stderr, processes left behind)."""
+    proc = start_in_own_group(*argv)
+    wait_until_group_has(proc, 1 + n_ranks, timeout_s)
+    status, _, err, left = press_ctrl_c(proc, timeout_s)
+    return status, err, left

@@ -6,7 +6,7 @@ import pytest
 
 import alpha_beta as ab
 import collectives as C
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, load_script, main_quietly
 
 MiB = 2**20
 
@@ -126,12 +126,7 @@ def script():
 
 @pytest.fixture(scope="module")
 def quick_run(script):
-    import contextlib
-    import io
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        results = script.main(["--quick"])
-    return results, buffer.getvalue()
+    return main_quietly(script.main, ["--quick"])
 
 
 def test_quick_run_collectives_on_real_gloo_ranks_equal_the_sum(quick_run):

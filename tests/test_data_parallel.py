@@ -13,7 +13,7 @@ import torch
 import data_parallel as D
 import gloo_ranks
 import tiny_gpt
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, load_script, main_quietly
 
 N_PARAMS = 83_468      # lecture 1's BASE_CONFIG, counted by hand in tests/test_tiny_gpt.py's terms:
 # tok_emb 44·96 = 4,224; ln1, ln2, ln_f 3 · 2·96 = 576; qkv 96·288 + 288 = 27,936; proj 96·96 + 96 = 9,312;
@@ -27,12 +27,7 @@ def script():
 
 @pytest.fixture(scope="module")
 def quick_run(script):
-    import contextlib
-    import io
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        results = script.main(["--quick"])
-    return results, buffer.getvalue()
+    return main_quietly(script.main, ["--quick"])
 
 
 def test_parameter_count_by_hand():

@@ -79,24 +79,12 @@ def test_results_do_not_depend_on_how_many_processes_train():
 def test_ctrl_c_stops_with_one_line_and_no_process_left():
     """Ctrl-C reaches the whole process group (as in a terminal): the script answers with one
     line and status 130, and its training processes are gone."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    proc = subprocess.Popen([sys.executable, str(LECTURE09 / "05_decentralized.py"), "--quick"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(4)                       # the pool has started and is training
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    from conftest import press_ctrl_c, start_in_own_group, wait_until_group_has
+    proc = start_in_own_group(LECTURE09 / "05_decentralized.py", "--quick")
+    wait_until_group_has(proc, 3)       # the script and its two training processes
+    status, _, err, left = press_ctrl_c(proc)
+    assert status == 130
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        if not left:
-            break
-        time.sleep(0.2)
     assert not left, f"processes left behind: {left}"
 
 

@@ -1,18 +1,13 @@
 """Lecture 9 code 3: memory formulas by hand, the tiny GPT's real bytes, ZeRO-1 on gloo
 against plain AdamW, flags, a quick run and Ctrl-C."""
 
-import contextlib
-import io
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
 
 import memory_model as mm
 
@@ -150,10 +145,7 @@ def test_key_bias_cannot_change_the_logits():
 
 @pytest.fixture(scope="module")
 def quick():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        results = code3.main(["--quick"])
-    return results, out.getvalue()
+    return main_quietly(code3.main, ["--quick"])
 
 
 def test_quick_run_prints_every_demo(quick):
@@ -219,32 +211,6 @@ def test_help_does_not_need_torch():
                               timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "False", script
-
-
-def _group_pids(pgid):
-    out = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out]
-
-
-def interrupt_when_ranks_run(argv, n_ranks, timeout_s=60):
-    """Start a script in its own process group, press Ctrl-C once its ranks are running;
-    return (status, stderr, processes left behind)."""
-    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.time() + timeout_s
-    while time.time() < deadline and len(_group_pids(proc.pid)) < 1 + n_ranks and proc.poll() is None:
-        time.sleep(0.1)
-    time.sleep(0.5)                     # past the moment run_ranks ignores SIGINT while it starts them
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=timeout_s)
-    left = []
-    end = time.time() + 10
-    while time.time() < end:
-        left = _group_pids(proc.pid)
-        if not left:
-            break
-        time.sleep(0.2)
-    return proc.returncode, err, left
 
 
 def test_ctrl_c_stops_with_one_line_and_no_process_left():

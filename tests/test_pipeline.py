@@ -2,13 +2,10 @@
 tensor-parallel layers on gloo against single-process references, the 3D planner, flags,
 a quick run and Ctrl-C."""
 
-import contextlib
-import io
 
 import pytest
 
-from conftest import LECTURE09, load_script
-from test_memory_zero import interrupt_when_ranks_run
+from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
 
 import memory_model as mm
 import parallel_plan
@@ -205,10 +202,7 @@ def test_tp_traffic_by_hand():
 
 @pytest.fixture(scope="module")
 def quick():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        results = code4.main(["--quick"])
-    return results, out.getvalue()
+    return main_quietly(code4.main, ["--quick"])
 
 
 def test_quick_run_prints_every_demo(quick):

@@ -445,19 +445,10 @@ def test_small_run_fits_a_projector():
 
 
 def _interrupt(proc, wait_s=60):
-    import os
-    import signal
-    import subprocess
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=wait_s)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        if not left:
-            break
-        time.sleep(0.2)
+    from conftest import press_ctrl_c
+    code, out, err, left = press_ctrl_c(proc, wait_s)
     assert not left, f"processes left behind: {left}"
-    return proc.returncode, out, err
+    return code, out, err
 
 
 def _start(*argv):
