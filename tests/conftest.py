@@ -1,4 +1,6 @@
-"""Shared test setup: the lecture folders on sys.path, and a loader for numbered scripts.
+"""Shared test setup: a loader for numbered scripts and helpers for running them.
+
+The toolkit is the installed package (`lecture01`, `lecture09`; see pyproject.toml).
 
 Scripts are named like `05_decentralized.py`, which `import` cannot spell, so tests load
 them by path. Loading a script runs nothing but its definitions (main() is guarded).
@@ -13,9 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LECTURE01 = ROOT / "code" / "lecture01"
 LECTURE09 = ROOT / "code" / "lecture09"
-for folder in (LECTURE01, LECTURE09):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
 
 
 def load_script(path):

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 
 def _other_precision():
-    import tiny_gpt
+    from lecture01 import tiny_gpt
     return "fp32" if tiny_gpt.resolve_precision("auto") == "bf16" else "bf16"
 
 

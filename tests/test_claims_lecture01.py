@@ -58,7 +58,7 @@ PERSON_HITS_MAX = 3       # "almost never right" for answers that are people: 0 
 
 def _other_precision_flags():
     """Flags for the precision that --precision auto does *not* pick on this machine."""
-    from tiny_gpt import resolve_precision
+    from lecture01.tiny_gpt import resolve_precision
 
     return ["--precision", "bf16"] if resolve_precision("auto") == "fp32" else ["--fp32"]
 
@@ -348,8 +348,8 @@ def test_observations_are_worded_from_their_own_numbers(runs, name):
 
 @pytest.mark.parametrize("name", ALL_RUNS)
 def test_samples_use_only_the_alphabet_and_lines_fit(runs, name):
-    from console import display_width
-    from fm_world import ALPHABET
+    from lecture01.console import display_width
+    from lecture01.fm_world import ALPHABET
 
     run = runs[name]
     assert len(run["samples"]) == 3
@@ -360,7 +360,7 @@ def test_samples_use_only_the_alphabet_and_lines_fit(runs, name):
 
 
 def test_precision_line_says_what_was_used_and_why(outputs, runs):
-    from tiny_gpt import cpu_has_native_bf16
+    from lecture01.tiny_gpt import cpu_has_native_bf16
 
     auto = runs["default"]["precision"]
     assert auto == ("bf16" if cpu_has_native_bf16() else "fp32")

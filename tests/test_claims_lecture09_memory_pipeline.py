@@ -52,7 +52,7 @@ def test_every_decimal_in_the_section_is_printed_by_a_default_run(outputs, headi
 
 
 def test_default_output_fits_a_projector(outputs):
-    from console import LINE_WIDTH, display_width
+    from lecture01.console import LINE_WIDTH, display_width
     for name, text in outputs.items():
         wide = [line for line in text.splitlines() if display_width(line) > LINE_WIDTH]
         assert not wide, (name, wide[:3])

@@ -4,8 +4,8 @@ sum (simulated for many p; on real gloo ranks through the --quick run), bad flag
 
 import pytest
 
-import alpha_beta as ab
-import collectives as C
+from lecture09 import alpha_beta as ab
+from lecture09 import collectives as C
 from conftest import LECTURE09, load_script, main_quietly
 
 MiB = 2**20
@@ -137,7 +137,7 @@ def test_quick_run_collectives_on_real_gloo_ranks_equal_the_sum(quick_run):
 
 
 def test_quick_run_prints_exact_arithmetic(quick_run):
-    from console import display_width
+    from lecture01.console import display_width
     results, text = quick_run
     assert results["demo1"]["ok"]
     assert "10 20 30 40" in text                                    # (1+2+3+4) x (1, 2, 3, 4)

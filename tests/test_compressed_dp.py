@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-import compressed_dp as cdp
-import tiny_gpt
+from lecture09 import compressed_dp as cdp
+from lecture01 import tiny_gpt
 
 
 def _grads(model):

@@ -2,7 +2,7 @@
 
 import pytest
 
-import console
+from lecture01 import console
 
 
 def test_display_width_counts_wide_characters_as_two():

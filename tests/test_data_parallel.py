@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
-import data_parallel as D
-import gloo_ranks
-import tiny_gpt
+from lecture09 import data_parallel as D
+from lecture09 import gloo_ranks
+from lecture01 import tiny_gpt
 from conftest import LECTURE09, load_script, main_quietly
 
 N_PARAMS = 83_468      # lecture 1's BASE_CONFIG, counted by hand in tests/test_tiny_gpt.py's terms:
@@ -83,7 +83,7 @@ def test_gradient_accumulation_equals_the_full_batch_in_one_process():
 
 
 def test_quick_output_fits_100_columns(quick_run):
-    from console import display_width
+    from lecture01.console import display_width
     _, text = quick_run
     assert "演示 1" in text and "演示 2" in text
     assert all(display_width(line) <= 100 for line in text.splitlines())

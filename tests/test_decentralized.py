@@ -90,7 +90,7 @@ def test_ctrl_c_stops_with_one_line_and_no_process_left():
 
 def test_quick_output_fits_a_projector():
     from conftest import run_script
-    from console import LINE_WIDTH, display_width
+    from lecture01.console import LINE_WIDTH, display_width
     out = run_script(LECTURE09 / "05_decentralized.py", "--quick", "--seeds", "2")
     wide = [line for line in out.splitlines() if display_width(line) > LINE_WIDTH]
     assert not wide, wide[:3]

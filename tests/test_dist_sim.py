@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-import dist_sim as ds
+from lecture09 import dist_sim as ds
 
 # Demo 1's job: a 1.3B model in 4 stages x 8 replicas, fp16 gradients, sequence 2048,
 # hidden 2048, global batch 1024 sequences.

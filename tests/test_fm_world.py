@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-import fm_world
+from lecture01 import fm_world
 from conftest import LECTURE01, load_script
-from fm_world import ALPHABET, Fact, World, WorldConfig, build_world
+from lecture01.fm_world import ALPHABET, Fact, World, WorldConfig, build_world
 
 
 @pytest.fixture(scope="module")

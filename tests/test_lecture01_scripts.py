@@ -21,7 +21,7 @@ def test_train_base_smoke(capsys):
 
 
 def test_train_base_output_fits_100_columns_and_words_follow_numbers(capsys):
-    from console import display_width
+    from lecture01.console import display_width
 
     result = train_base.main(["--steps", "12", "--eval-every", "12", "--probes", "20", "--no-cache"])
     out = capsys.readouterr().out
@@ -53,7 +53,7 @@ def test_train_base_rejects_nonsense_with_status_2(argv, capsys):
 
 
 def test_precision_flags_resolve_and_enter_the_cache_key():
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
     auto, _ = train_base.parse_args([])
     assert auto.precision == tiny_gpt.resolve_precision("auto") == train_base.BaseRunConfig().precision
@@ -115,7 +115,7 @@ def test_a_diverged_run_says_so_in_one_line_and_skips_samples_and_probes(monkeyp
     """Training that ends in NaN (what --lr 1e9 did): one line, no sampling from NaN
     probabilities, no probes, no traceback."""
     import torch
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
     def diverging_train(model, train_data, config, on_step=None):
         with torch.no_grad():
@@ -134,7 +134,7 @@ def test_a_diverged_run_says_so_in_one_line_and_skips_samples_and_probes(monkeyp
 
 
 def test_a_run_that_gets_worse_is_not_said_to_improve(monkeypatch, capsys):
-    import tiny_gpt
+    from lecture01 import tiny_gpt
     real = tiny_gpt.bits_per_char
     calls = []
 

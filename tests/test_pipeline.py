@@ -7,10 +7,10 @@ import pytest
 
 from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
 
-import memory_model as mm
-import parallel_plan
-import pipeline
-from pipeline import Op
+from lecture09 import memory_model as mm
+from lecture09 import parallel_plan
+from lecture09 import pipeline
+from lecture09.pipeline import Op
 
 code4 = load_script(LECTURE09 / "04_pipeline.py")
 
@@ -113,7 +113,7 @@ def test_stage_bounds():
 def test_stage_param_names_cover_the_model_once():
     from dataclasses import replace
 
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
     model = tiny_gpt.make_model(replace(tiny_gpt.BASE_CONFIG, n_layer=2))
     for p in (1, 2, 3, 4):
@@ -213,7 +213,7 @@ def test_quick_run_prints_every_demo(quick):
 
 
 def test_quick_output_fits_a_projector(quick):
-    from console import LINE_WIDTH, display_width
+    from lecture01.console import LINE_WIDTH, display_width
     wide = [line for line in quick[1].splitlines() if display_width(line) > LINE_WIDTH]
     assert not wide, wide[:3]
 

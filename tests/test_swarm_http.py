@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import compression as c
+from lecture09 import compression as c
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,7 +432,7 @@ SCRIPT = ROOT / "code" / "lecture09" / "06_swarm_http.py"
 def test_small_run_fits_a_projector():
     import subprocess
     import sys
-    from console import LINE_WIDTH, display_width
+    from lecture01.console import LINE_WIDTH, display_width
     done = subprocess.run([sys.executable, str(SCRIPT), "--steps", "3", "--workers", "4"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

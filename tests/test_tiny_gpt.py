@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-import tiny_gpt
-from tiny_gpt import BASE_CONFIG, CharTokenizer, GPTConfig, get_batch, lr_at, make_model
+from lecture01 import tiny_gpt
+from lecture01.tiny_gpt import BASE_CONFIG, CharTokenizer, GPTConfig, get_batch, lr_at, make_model
 
 ALPHABET44 = "\n abcdefghijklmnopqrstuvwxyz0123456789.,'?-:"
 

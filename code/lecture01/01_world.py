@@ -31,12 +31,14 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+try:
+    import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli_args import run_main, int_at_least, int_in  # noqa: E402
-from console import bar_chart, print_header, print_table, print_wrapped  # noqa: E402
-from fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world  # noqa: E402
+from lecture01.cli_args import run_main, int_at_least, int_in
+from lecture01.console import bar_chart, print_header, print_table, print_wrapped
+from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world
 
 WRAP_COLUMNS = 88            # sample sentences are wrapped to this width
 MIN_TRAIN_CHARS = 2_000      # below this the world has too few documents to sample from

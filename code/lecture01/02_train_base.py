@@ -36,12 +36,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+try:
+    import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli_args import (run_main, add_precision_arguments, float_in, non_negative_int,  # noqa: E402
+from lecture01.cli_args import (run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)
-from console import bar_chart, pad, print_header, print_table, print_wrapped, wrap  # noqa: E402
-from fm_world import ALPHABET, PROBE_RELATIONS, build_world  # noqa: E402
+from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
+from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
 
 CACHE_DIR = HERE / "cache"
 LEARNING_RATE = float_in(0, 1, low_open=True)   # --lr in (0, 1]: the default is 3e-3; far above 1 only diverges
@@ -54,7 +57,7 @@ def _heavy():
     if "tiny_gpt" in globals():
         return
     import torch
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
 
 def __getattr__(name):

@@ -76,7 +76,7 @@ def add_precision_arguments(parser):
 
 def precision_from_args(args):
     """"bf16" or "fp32": what the flags of add_precision_arguments ask for on this CPU."""
-    from tiny_gpt import resolve_precision   # imported here: --help must not wait for torch
+    from lecture01.tiny_gpt import resolve_precision   # imported here: --help must not wait for torch
 
     return resolve_precision("fp32" if args.fp32 else args.precision)
 

@@ -296,7 +296,7 @@ def encode_text(text, tokenizer):
 
 def load_world_tokens(seed=0):
     """(train_tokens, val_tokens): the toy world's texts as 1-D int64 tensors."""
-    from fm_world import ALPHABET, build_world  # imported here: fm_world is a sibling module
+    from lecture01.fm_world import ALPHABET, build_world  # imported here: fm_world is a sibling module
 
     world = build_world(seed)
     tokenizer = CharTokenizer(ALPHABET)

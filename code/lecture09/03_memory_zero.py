@@ -37,14 +37,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "lecture01"))
+try:
+    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import alpha_beta  # noqa: E402
-import memory_model as mm  # noqa: E402
-from cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int  # noqa: E402
-from console import print_header, print_table, print_wrapped  # noqa: E402
+from lecture09 import alpha_beta
+from lecture09 import memory_model as mm
+from lecture01.cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int
+from lecture01.console import print_header, print_table, print_wrapped
 
 
 # =============================================================================
@@ -256,8 +257,8 @@ def count_tiny_gpt(real):
     """Build the lecture 1 model and AdamW, take one step, count every byte."""
     import torch
 
-    import tiny_gpt
-    import zero
+    from lecture01 import tiny_gpt
+    from lecture09 import zero
 
     model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, real.model_seed)
     optimizer = tiny_gpt.make_adamw(model, tiny_gpt.TrainConfig())
@@ -302,9 +303,9 @@ def run_demo3(real, out=print_wrapped):
 # =============================================================================
 
 def run_demo4(real, out=print_wrapped):
-    import gloo_ranks
-    import tiny_gpt
-    import zero
+    from lecture09 import gloo_ranks
+    from lecture01 import tiny_gpt
+    from lecture09 import zero
 
     run = zero.ZeroRun(steps=real.steps, batch_size=real.batch_size, model_seed=real.model_seed,
                        data_seed=real.data_seed)
@@ -343,7 +344,7 @@ def run_demo4(real, out=print_wrapped):
 
 
 def demo4_observations(real, r, out=print_wrapped):
-    import zero
+    from lecture09 import zero
 
     own_bytes = [x["own_state_bytes"] for x in r["ranks"]]
     torch_bytes = [x["torch_state_bytes"] for x in r["ranks"]]
@@ -424,7 +425,7 @@ def main(argv=None):
         demo2_observations(memory, results["demo2"])
         print()
     if args.demo in ("3", "4", "all"):
-        import tiny_gpt
+        from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("3", "all"):
         results["demo3"] = run_demo3(real)

@@ -40,16 +40,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "lecture01"))
+try:
+    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import alpha_beta  # noqa: E402
-import memory_model as mm  # noqa: E402
-import parallel_plan  # noqa: E402
-import pipeline  # noqa: E402
-from cli_args import run_main, int_in, non_negative_int, positive_int  # noqa: E402
-from console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped  # noqa: E402
+from lecture09 import alpha_beta
+from lecture09 import memory_model as mm
+from lecture09 import parallel_plan
+from lecture09 import pipeline
+from lecture01.cli_args import run_main, int_in, non_negative_int, positive_int
+from lecture01.console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped
 
 
 # =============================================================================
@@ -210,8 +211,8 @@ def check_pipeline(real):
     a gradient sent to the wrong stage changes them by ~1e-2."""
     import torch
 
-    import gloo_ranks
-    import tiny_gpt
+    from lecture09 import gloo_ranks
+    from lecture01 import tiny_gpt
 
     config = replace(tiny_gpt.BASE_CONFIG, n_layer=real.n_layer)
     run = pipeline.PipelineRun(config, real.model_seed, real.pipe_micro)
@@ -276,8 +277,8 @@ def check_tensor_parallel(real):
     Tolerance TP_ATOL: a split layer sums each output over the input features in two (or
     more) partial sums and then adds them, where nn.Linear sums in one go; values of size
     ~1 after ~100-200 products differ by float32 rounding, ~1e-6 (measured 3e-6)."""
-    import gloo_ranks
-    import tensor_parallel as tp
+    from lecture09 import gloo_ranks
+    from lecture09 import tensor_parallel as tp
 
     case = tp.TPCase()
     reference = tp.reference(case)
@@ -521,7 +522,7 @@ def main(argv=None):
         demo1_observations(schedule, results["demo1"])
         print()
     if args.demo in ("2", "3", "all"):
-        import tiny_gpt
+        from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
         results["demo2"] = run_demo2(real)

@@ -45,16 +45,17 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "lecture01"))
+try:
+    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import dist_sim  # noqa: E402
-from cli_args import (run_main, add_precision_arguments, float_in, int_in, non_negative_int, positive_float,  # noqa: E402
+from lecture09 import dist_sim
+from lecture01.cli_args import (run_main, add_precision_arguments, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
-from console import display_width, histogram_lines, pad, print_header, print_table, print_wrapped  # noqa: E402
+from lecture01.console import display_width, histogram_lines, pad, print_header, print_table, print_wrapped
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -67,9 +68,9 @@ def _heavy():
     global compressed_dp, tiny_gpt, Run, Seeds, Spread, TrainSetup, TABLE_A, TABLE_B
     if "TABLE_B" in globals():
         return
-    import compressed_dp
-    import tiny_gpt
-    from compressed_dp import Run, Seeds, Spread, TrainSetup
+    from lecture09 import compressed_dp
+    from lecture01 import tiny_gpt
+    from lecture09.compressed_dp import Run, Seeds, Spread, TrainSetup
     TABLE_A = (Run("不压缩（fp32）", "adamw", "none"),
                Run("fp16", "adamw", "fp16"),
                Run("int8（整个向量一个缩放因子）", "adamw", "int8"),

@@ -76,21 +76,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "lecture01"))
+try:
+    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from safetensors.torch import load as safetensors_load  # noqa: E402
 from safetensors.torch import save as safetensors_save  # noqa: E402
 
-from compression import (  # noqa: E402
+from lecture09.compression import (
     WIRE_MODES, PayloadError, PayloadErrorFeedback, decode_payload, encode_payload, payload_from_bytes,
     payload_tensor_bytes, payload_to_bytes,
 )
-from cli_args import run_main, int_in, non_negative_int, positive_float, positive_int, ratio  # noqa: E402
-from console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap  # noqa: E402
-from tiny_gpt import (  # noqa: E402
+from lecture01.cli_args import run_main, int_in, non_negative_int, positive_float, positive_int, ratio
+from lecture01.console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap
+from lecture01.tiny_gpt import (
     BASE_CONFIG, TrainConfig, bits_per_char, get_batch, load_world_tokens, lm_loss, lr_at,
     make_adamw, make_model,
 )

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-import tiny_gpt
-from compression import ErrorFeedback, compress_vector
+from lecture01 import tiny_gpt
+from lecture09.compression import ErrorFeedback, compress_vector
 
 OPTIMIZERS = ("adamw", "sgd")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-import tiny_gpt
+from lecture01 import tiny_gpt
 
 VARIANTS = ("naive", "flat", "bucketed", "ddp")
 HOOKS = ("none", "fp16", "powersgd")

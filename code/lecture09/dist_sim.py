@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
+from lecture09.alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
 
 
 # =============================================================================

@@ -32,7 +32,7 @@ Formulas and where they come from:
 
 from dataclasses import dataclass
 
-from dist_sim import Figure
+from lecture09.dist_sim import Figure
 
 GB = 1e9          # the ZeRO paper's GB: 7.5e9 parameters x 16 bytes = "120 GB" (Figure 1)
 MB = 1e6

@@ -312,7 +312,7 @@ def pipeline_worker(rank, world_size, run, x, y, schedules=SCHEDULES):
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
     n_stages, stage = world_size, rank
     first, last = stage == 0, stage == n_stages - 1
@@ -359,7 +359,7 @@ def pipeline_worker(rank, world_size, run, x, y, schedules=SCHEDULES):
 
 def unsplit_gradients(run, x, y):
     """The reference: the whole model, the whole batch, one backward. (loss, {name: grad})."""
-    import tiny_gpt
+    from lecture01 import tiny_gpt
 
     model = tiny_gpt.make_model(run.config, run.model_seed)
     loss = tiny_gpt.lm_loss(model, x, y)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-import tiny_gpt
+from lecture01 import tiny_gpt
 
 # The parallel runs sum the same per-sequence gradients in another order (each rank
 # averages its slice, then the ranks add up; the clipping norm is summed shard by shard),
