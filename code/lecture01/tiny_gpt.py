@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lecture01.fm_world import ALPHABET, build_world
+
 # One thread per process: at ~100k parameters the matrices are so small that a second
 # thread costs more in synchronisation than it saves (measured up to 10x slower on a
 # loaded 2-core machine). Independent runs parallelise across processes instead.
@@ -111,7 +113,7 @@ class GPTConfig:
     workload: 300 steps of batch 32 x 96 characters must take under 10 s on one CPU core
     and still reach under 1.7 bits per character. Narrower, deeper or GPT-2-initialised
     variants we timed were either slower or clearly worse after 300 steps."""
-    vocab_size: int = 44     # the toy world's alphabet (fm_world.ALPHABET): one id per character
+    vocab_size: int = len(ALPHABET)   # the toy world's alphabet: one id per character (44)
     block_size: int = 96     # context in characters: longer than most toy-world sentences
     n_layer: int = 1         # one wide block learned faster per second than two narrow ones (d=64)
     n_head: int = 4          # 24 dimensions per head; four ALiBi slopes from 1 to 1/8
@@ -296,7 +298,6 @@ def encode_text(text, tokenizer):
 
 def load_world_tokens(seed=0):
     """(train_tokens, val_tokens): the toy world's texts as 1-D int64 tensors."""
-    from lecture01.fm_world import ALPHABET, build_world  # imported here: fm_world is a sibling module
 
     world = build_world(seed)
     tokenizer = CharTokenizer(ALPHABET)
