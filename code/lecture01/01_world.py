@@ -65,11 +65,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="玩具世界一览 the toy world at a glance (lecture 1, code 1)")
     parser.add_argument("--seed", type=int_at_least(0), default=0,
-                        help="世界的随机种子 world seed (default 0: the world every lecture uses)")
+                        help="世界的随机种子 world seed (default %(default)s: the world every lecture uses)")
     parser.add_argument("--samples", type=int_at_least(1), default=8,
-                        help="打印多少个训练文本里的样例句子 sample sentences to print (default 8)")
+                        help="打印多少个训练文本里的样例句子 sample sentences to print (default %(default)s)")
     parser.add_argument("--top", type=int_in(1, len(ALPHABET)), default=20,
-                        help="字符频率图显示多少个字符 characters in the frequency chart (default 20)")
+                        help="字符频率图显示多少个字符 characters in the frequency chart (default %(default)s)")
     parser.add_argument("--train-chars", type=int_in(MIN_TRAIN_CHARS, MAX_TRAIN_CHARS),
                         default=WORLD_CONFIG.train_chars,
                         help=f"训练文本至少多少字符 minimum training characters, {MIN_TRAIN_CHARS}-{MAX_TRAIN_CHARS} "

@@ -353,7 +353,7 @@ def parse_args(argv=None):
     m, real = ModelSetup(), RealSetup()
     p = argparse.ArgumentParser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
                    help="演示 2-3 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")

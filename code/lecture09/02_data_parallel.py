@@ -191,6 +191,7 @@ def references(setup):
     """The two single-process answers: the whole batch, and W accumulated micro-batches."""
     from lecture09 import data_parallel
     from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
     dps = dp_setup(setup)
     print(f"（单进程参考：整批次和 {setup.world_size} 个微批次的梯度累积 reference runs...）", file=sys.stderr, flush=True)
     train_tokens, _ = tiny_gpt.load_world_tokens(dps.world_seed)
@@ -202,13 +203,14 @@ def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
     import torch
     from lecture09 import data_parallel
     from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
     dps = dp_setup(setup)
     W = setup.world_size
     print_header(f"演示 1 demo 1：{W} 个 gloo 进程的数据并行，四种同步梯度的写法，对照单进程整批次")
     n_params, n_tensors = data_parallel.n_params(), data_parallel.n_tensors()
     per_rank = setup.batch_size // W
     out(f"模型：第 1 讲的小 GPT，{n_params:,} 个参数（{n_tensors} 个张量），fp32 梯度 {4 * n_params:,} 字节。"
-        f"全局 batch {setup.batch_size} 个序列 × {tiny_gpt.BASE_CONFIG.block_size} 个字符，每个进程 {per_rank} 个；"
+        f"全局 batch {setup.batch_size} 个序列 × {MODEL_CONFIG.block_size} 个字符，每个进程 {per_rank} 个；"
         f"AdamW {setup.steps} 步。")
     diffs = compare_with_reference(results, reference, accumulation)
     rows = [["单进程梯度累积 accumulation", f"{W} 个微批次", f"{diffs['accumulation'][0]:.1e}",
@@ -249,7 +251,7 @@ def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
     return {"diffs": diffs, "timing": timing, "compute_ms": compute_ms, "n_params": n_params,
             "calls": {v: results[0]["variants"][v]["calls"] for v in results[0]["variants"]},
             "same_losses": same_losses, "ranks_agree": ranks_agree, "buckets": len(data_parallel.make_buckets(
-                tiny_gpt.make_model(tiny_gpt.BASE_CONFIG).parameters(), dps.bucket_bytes))}
+                tiny_gpt.make_model(MODEL_CONFIG).parameters(), dps.bucket_bytes))}
 
 
 # =============================================================================
@@ -328,7 +330,7 @@ def parse_args(argv=None):
     s = Setup()
     p = argparse.ArgumentParser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")
     p.add_argument("--world-size", type=int_in(1, 8), default=s.world_size,
                    help="gloo 进程数 W，要能整除 --batch-size (default %(default)s)")
@@ -363,6 +365,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args, setup = parse_args(argv)
     from lecture01 import tiny_gpt                      # imports torch: after parsing, so --help and bad flags are fast
+    from lecture09.lecture_model import MODEL_CONFIG
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()
     demos = ("1", "2") if args.demo == "all" else (args.demo,)

@@ -258,9 +258,10 @@ def count_tiny_gpt(real):
     import torch
 
     from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
     from lecture09 import zero
 
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, real.model_seed)
+    model = tiny_gpt.make_model(MODEL_CONFIG, real.model_seed)
     optimizer = tiny_gpt.make_adamw(model, tiny_gpt.TrainConfig())
     tokens, _ = tiny_gpt.load_world_tokens(0)
     x, y = tiny_gpt.get_batch(tokens, real.batch_size, model.config.block_size,
@@ -279,7 +280,7 @@ def run_demo3(real, out=print_wrapped):
     print_header("演示 3：在第 1 讲的小 GPT 上数真实的字节（fp32：参数 4 + 梯度 4 + Adam 的 m、v 各 4 字节）")
     c = count_tiny_gpt(real)
     n = c["n_params"]
-    out(f"BASE_CONFIG：{n:,} 个参数，{c['n_tensors']} 个参数张量，dtype {', '.join(c['dtypes'])}；"
+    out(f"MODEL_CONFIG（lecture_model.py）：{n:,} 个参数，{c['n_tensors']} 个参数张量，dtype {', '.join(c['dtypes'])}；"
         "AdamW（tiny_gpt.make_adamw）走一步以后数：")
     rows = [("参数 parameters", f"{c['params']:,}", f"4Ψ = {4 * n:,}", c["params"] == 4 * n),
             ("梯度 .grad", f"{c['grads']:,}", f"4Ψ = {4 * n:,}", c["grads"] == 4 * n),
@@ -305,13 +306,14 @@ def run_demo3(real, out=print_wrapped):
 def run_demo4(real, out=print_wrapped):
     from lecture09 import gloo_ranks
     from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
     from lecture09 import zero
 
     run = zero.ZeroRun(steps=real.steps, batch_size=real.batch_size, model_seed=real.model_seed,
                        data_seed=real.data_seed)
     print_header(f"演示 4：真的 ZeRO-1——{real.ranks} 个 gloo 进程分片 AdamW 的状态，训练 {run.steps} 步，"
                  f"和单进程的普通 AdamW 比")
-    out(f"小 GPT（BASE_CONFIG），batch {run.batch_size} = {real.ranks} × {run.batch_size // real.ranks}，"
+    out(f"小 GPT（MODEL_CONFIG），batch {run.batch_size} = {real.ranks} × {run.batch_size // real.ranks}，"
         f"学习率按 tiny_gpt.lr_at（峰值 {run.train.peak_lr:g}），全局裁剪到 {run.train.clip_norm:g}，fp32。每一步：")
     out("  ShardedAdamW（自己写的）：all-reduce 梯度后各取自己那一片（= reduce-scatter）→ 只更新自己那一片"
         "（m、v 只有这一片那么长）→ all-gather 各片拼回整个模型")
@@ -377,11 +379,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description="第 9 讲代码 3：显存、FLOPs 和 ZeRO (lecture 9 code 3: memory, FLOPs and ZeRO)",
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1-2 demos 1-2（纯算术 arithmetic）")
     g1.add_argument("--gpus", type=positive_int, nargs="+", default=list(s.zero_gpus), metavar="N",
-                    help="ZeRO 表里的数据并行卡数 data-parallel sizes (default 8 64 1024)")
+                    help=f"ZeRO 表里的数据并行卡数 data-parallel sizes (default {' '.join(map(str, s.zero_gpus))})")
     g1.add_argument("--k", type=int_in(0, 64), default=s.k,
                     help="优化器每个参数几字节 optimizer bytes per parameter (default %(default)s: 混合精度 Adam)")
     g1.add_argument("--psi-b", type=positive_float, default=s.figure1_params / 1e9,
@@ -398,8 +400,8 @@ def parse_args(argv=None):
     g2.add_argument("--steps", type=positive_int, default=r.steps, help="比较的训练步数 (default %(default)s)")
     g2.add_argument("--batch-size", type=positive_int, default=r.batch_size,
                     help="每步的序列数，要能被 --ranks 整除 (default %(default)s)")
-    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default 0)")
-    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据顺序的种子 (default 1)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default %(default)s)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据顺序的种子 (default %(default)s)")
     args = p.parse_args(argv)
     memory = replace(s, zero_gpus=tuple(args.gpus), k=args.k, figure1_params=args.psi_b * 1e9,
                      figure1_gpus=args.psi_gpus, utilisation=args.utilisation, cluster_gpus=args.cluster_gpus)
@@ -426,6 +428,7 @@ def main(argv=None):
         print()
     if args.demo in ("3", "4", "all"):
         from lecture01 import tiny_gpt
+        from lecture09.lecture_model import MODEL_CONFIG
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("3", "all"):
         results["demo3"] = run_demo3(real)

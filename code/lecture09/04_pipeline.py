@@ -213,8 +213,9 @@ def check_pipeline(real):
 
     from lecture09 import gloo_ranks
     from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
 
-    config = replace(tiny_gpt.BASE_CONFIG, n_layer=real.n_layer)
+    config = replace(MODEL_CONFIG, n_layer=real.n_layer)
     run = pipeline.PipelineRun(config, real.model_seed, real.pipe_micro)
     tokens, _ = tiny_gpt.load_world_tokens(0)
     x, y = tiny_gpt.get_batch(tokens, real.batch_size, config.block_size, torch.Generator().manual_seed(real.data_seed))
@@ -243,7 +244,7 @@ def run_demo2(real, out=print_wrapped):
     r = check_pipeline(real)
     pieces = ["词嵌入 embedding"] + [f"块 block {i}" for i in range(real.n_layer)] + ["ln_f + head"]
     bounds = pipeline.stage_bounds(len(pieces), p)
-    out(f"模型：BASE_CONFIG 改成 {real.n_layer} 个块（{r['n_params']:,} 个参数），切法："
+    out(f"模型：MODEL_CONFIG 改成 {real.n_layer} 个块（{r['n_params']:,} 个参数），切法："
         + "；".join(f"阶段 {s} = {' + '.join(pieces[a:b])}" for s, (a, b) in enumerate(bounds)))
     out("每个 micro-batch 的 loss 除以 m 再反向，m 个梯度加起来正好是整个 batch 的平均梯度；对照：不切开的模型一次算整个 batch。")
     rows = []
@@ -472,7 +473,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p (default %(default)s)")
@@ -486,8 +487,8 @@ def parse_args(argv=None):
     g2.add_argument("--pipe-micro-batches", type=positive_int, default=r.pipe_micro,
                     help="真实流水线的 micro-batch 数，要能整除 --batch-size (default %(default)s)")
     g2.add_argument("--batch-size", type=positive_int, default=r.batch_size, help="真实流水线的 batch（序列数）(default %(default)s)")
-    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default 0)")
-    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据的种子 (default 1)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default %(default)s)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据的种子 (default %(default)s)")
     g2.add_argument("--tp-ranks", type=int_in(2, 4), default=r.tp_ranks, help="张量并行的进程数 (default %(default)s)")
     g2.add_argument("--tp-size", type=int_in(2, 64), default=r.tp_size, help="流量表的 TP 大小 (default %(default)s)")
     g4 = p.add_argument_group("演示 4 demo 4")
@@ -523,6 +524,7 @@ def main(argv=None):
         print()
     if args.demo in ("2", "3", "all"):
         from lecture01 import tiny_gpt
+        from lecture09.lecture_model import MODEL_CONFIG
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
         results["demo2"] = run_demo2(real)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lecture09.lecture_model import MODEL_CONFIG
 from lecture01 import tiny_gpt
 
 VARIANTS = ("naive", "flat", "bucketed", "ddp")
@@ -62,7 +63,7 @@ def shard(x, rank, world_size):
 
 
 def make_model_and_optimizer(setup):
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=setup.model_seed)
+    model = tiny_gpt.make_model(MODEL_CONFIG, seed=setup.model_seed)
     return model, tiny_gpt.make_adamw(model, setup.train_config)
 
 
@@ -247,7 +248,7 @@ def wrap_ddp(model, setup, hook, own_buckets):
     return ddp, state
 
 
-def powersgd_elements(rank, min_compression_rate=2, config=tiny_gpt.BASE_CONFIG):
+def powersgd_elements(rank, min_compression_rate=2, config=MODEL_CONFIG):
     """What PowerSGD sends per step for lecture 1's model, by torch's own rule
     (powerSGD_hook._should_compress): each tensor viewed as a matrix (first dim x the
     rest) is compressed when (rows + cols)·r·min_compression_rate < rows·cols, and then
@@ -382,7 +383,7 @@ def dp_worker(rank, world_size, job):
     for hook in job.hooks:
         result = train_variant(rank, world_size, job.setup, train_tokens, "ddp", hook=hook, steps=job.hook_steps)
         if job.eval_bpc and rank == 0:
-            model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=job.setup.model_seed)
+            model = tiny_gpt.make_model(MODEL_CONFIG, seed=job.setup.model_seed)
             with torch.no_grad():
                 for p, w in zip(model.parameters(), result["weights"]):
                     p.copy_(w)
@@ -399,11 +400,11 @@ def max_abs_difference(tensors_a, tensors_b):
 
 
 def n_params():
-    """Parameters of lecture 1's model (BASE_CONFIG): 83,468."""
-    return sum(p.numel() for p in tiny_gpt.make_model(tiny_gpt.BASE_CONFIG).parameters())
+    """Parameters of lecture 9's model (lecture_model.MODEL_CONFIG; 83,468 by default)."""
+    return sum(p.numel() for p in tiny_gpt.make_model(MODEL_CONFIG).parameters())
 
 
 def n_tensors():
     """Parameter tensors of lecture 1's model: what the naive variant all-reduces one by one."""
-    return len(list(tiny_gpt.make_model(tiny_gpt.BASE_CONFIG).parameters()))
+    return len(list(tiny_gpt.make_model(MODEL_CONFIG).parameters()))
 

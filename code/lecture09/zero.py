@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from lecture09.lecture_model import MODEL_CONFIG
 from lecture01 import tiny_gpt
 
 # The parallel runs sum the same per-sequence gradients in another order (each rank
@@ -61,7 +62,7 @@ class ZeroRun:
     batch_size: int = 16          # sequences per step, split evenly over the ranks
     model_seed: int = 0
     data_seed: int = 1
-    config: tiny_gpt.GPTConfig = tiny_gpt.BASE_CONFIG
+    config: tiny_gpt.GPTConfig = MODEL_CONFIG
     train: tiny_gpt.TrainConfig = tiny_gpt.TrainConfig()
 
 
