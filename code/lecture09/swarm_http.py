@@ -151,6 +151,7 @@ class SwarmHandler(BaseHTTPRequestHandler):
             if not self.answered:
                 self._try(lambda: self._refuse(Rejection("request_timeout", "the request did not arrive within "
                                                          f"{swarm.config.request_deadline_s:g} s")))
+                self._drain_unread()
         except (ConnectionError, TimeoutError, OSError):
             self.close_connection = True   # the client went away: nothing to say, nothing to log
         finally:
@@ -259,14 +260,20 @@ class SwarmHandler(BaseHTTPRequestHandler):
         self._reply(200, answer)
 
     def _drain_unread(self):
-        try:
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_WR)
-            self.reader.deadline = min(self.reader.deadline, time.monotonic() + DRAIN_LIMIT_S)
-            while self.rfile.read1(65536):
-                pass
-        except OSError:   # includes RequestDeadline: we stop listening either way
+        """After answering without reading what the client sent: stop writing, then discard
+        what arrives for at most DRAIN_LIMIT_S. Closing with unread bytes would make the
+        kernel reset the connection, and the client could lose our answer."""
+        self.reader.deadline = time.monotonic() + DRAIN_LIMIT_S
+        _drain(self.connection, self.rfile.read1)
+
+
+def _drain(sock, read):
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        while read(65536):
             pass
+    except OSError:   # includes RequestDeadline: we stop listening either way
+        pass
 
 
 class SwarmHTTPServer(ThreadingHTTPServer):
@@ -311,13 +318,21 @@ class SwarmHTTPServer(ThreadingHTTPServer):
                             "error": "too many open connections; try again", "version": self.swarm.version})
         head = (f"HTTP/1.1 {REFUSALS[code][0]} Service Unavailable\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
-        try:
-            request.settimeout(0.5)
-            request.sendall(head + body)
-        except OSError:
-            pass
-        self.shutdown_request(request)
         self.swarm.count_rejection(code)
+
+        def answer():   # a short-lived thread outside the cap: at most DRAIN_LIMIT_S + 0.5 s
+            try:
+                request.settimeout(0.5)
+                request.sendall(head + body)
+                end_s = time.monotonic() + DRAIN_LIMIT_S
+                request.settimeout(DRAIN_LIMIT_S)
+                _drain(request, lambda n: request.recv(n) if time.monotonic() < end_s else b"")
+            except OSError:
+                pass
+            finally:
+                request.close()
+
+        threading.Thread(target=answer, daemon=True).start()
 
     def handle_error(self, request, client_address):
         """A client that vanished is not an error of ours: no traceback in the log."""

@@ -184,9 +184,13 @@ class ParameterServer:
         before = {name: p.detach().clone() for name, p in self.params.items()}
         state_before = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
                         for p, s in self.optimizer.state.items()}
-        self.optimizer.step()
+        try:
+            self.optimizer.step()
+            good = all(bool(torch.isfinite(p).all()) for p in self.params.values())
+        except RuntimeError:   # e.g. a step size beyond fp32's range ("cannot be converted ... overflow")
+            good = False
         self.optimizer.zero_grad(set_to_none=True)
-        if all(bool(torch.isfinite(p).all()) for p in self.params.values()):
+        if good:
             self.changed_entries.append(sum(int((p.detach() != before[n]).sum()) for n, p in self.params.items()))
         else:
             with torch.no_grad():
