@@ -356,7 +356,9 @@ def byte_results(ratio, steps=60):
             compression=mode, steps=steps, uploads=4 * steps, body_bytes_per_upload=body,
             body_bytes_per_step=4 * body, tensor_bytes_per_upload=c.payload_tensor_bytes(payload),
             entries_per_upload=entries, val_bpc=bpc, first_loss=3.87, last_loss=2.0,
-            compute_s_per_step=0.009, encode_s_per_step=0.003, wall_s=1.0, rejected={}))
+            compute_s_per_step=0.009, encode_s_per_step=0.003, wall_s=1.0, rejected={},
+            up_bytes_per_upload=body + 500, up_header_bytes_per_upload=500, down_bytes_per_upload=341_000,
+            requests_per_upload=2.0, accepted_per_worker=steps, changed_entries_per_step=83_468, workers=4))
     return results, model.n_params(), len(list(model.parameters()))
 
 
@@ -370,7 +372,7 @@ def test_observations_are_worded_from_their_numbers(ratio):
     sends_note = next(n for n in notes if "个参数发出" in n)
 
     share = 1 - topk.tensor_bytes_per_upload / topk.body_bytes_per_upload
-    assert f"JSON 头部占 body 的 {100 * share:.0f}%" in header_note
+    assert f"safetensors 头部占 body 的 {100 * share:.0f}%" in header_note
     if share > swarm_http.HEADER_SHARE_SIGNIFICANT:
         assert "不能忽略" in header_note and "只比 none 小" in header_note and "开销很小" not in header_note
     else:
@@ -382,7 +384,7 @@ def test_observations_are_worded_from_their_numbers(ratio):
     else:
         assert f"少了 {100 * -change:.0f}%" in int8_note and "多了 " not in int8_note.split("，body")[1]
 
-    sends = topk.entries_per_upload * topk.steps / n_params
+    sends = topk.entries_per_upload * topk.accepted_per_worker / n_params
     assert f"发出 {sends:.2f} 次" in sends_note
     assert ("只把每个参数" in sends_note) == (sends < 1)
 
@@ -470,3 +472,52 @@ def test_serve_and_worker_by_parts_then_ctrl_c_each():
     finally:
         if server.poll() is None:
             server.kill()
+
+
+# ---------------------------------------------------------------------------
+# Accounting: both directions, the RTT model (issue 12, items 7-9)
+# ---------------------------------------------------------------------------
+
+def test_the_link_model_by_hand():
+    results, n_params, _ = byte_results(0.01)
+    topk = results[1]
+    link = swarm_http.Link(uplink_mbyte_per_s=10.0, downlink_mbyte_per_s=25.0, rtt_ms=50.0)
+    assert link.latency_s(topk) == pytest.approx(2.0 * 2 * 0.050)   # 2 requests x 2 round trips x 50 ms
+    expected = 0.2 + topk.up_bytes_per_upload / 10e6 + 341_000 / 25e6
+    assert link.comm_s(topk) == pytest.approx(expected)
+    assert topk.wire_bytes_per_step == pytest.approx((topk.up_bytes_per_upload + 341_000) * 4)
+    notes = swarm_http.wire_observations(results, link, n_params, 168_336)
+    assert "RTT 50 ms 时每步等 200 ms" in notes[1] and "远大于" in notes[1]
+    assert f"{topk.down_bytes_per_upload:,.0f} 字节" in notes[0] and "13.6 ms" in notes[0]
+    assert "83,468 / 83,468" in notes[0]
+    slow_rtt = swarm_http.Link(rtt_ms=0.0)   # no latency: the sentence must not call it larger
+    assert "远大于" not in swarm_http.wire_observations(results, slow_rtt, n_params, 168_336)[1]
+
+
+def test_the_server_counts_every_byte_both_ways(server):
+    import socket
+    host, port = server.url.removeprefix("http://").split(":")
+    request = b"GET /weights HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(request)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    for _ in range(100):   # the handler counts after its answer is written
+        traffic = server.traffic
+        if traffic.get("GET /weights requests"):
+            break
+        time.sleep(0.05)
+    assert traffic["GET /weights bytes in"] == len(request)
+    assert traffic["GET /weights bytes out"] == len(received)
+
+
+def test_help_needs_no_torch():
+    import subprocess
+    import sys
+    code = ("import sys; from conftest import load_script; s = load_script(sys.argv[1]);\n"
+            "try:\n    s.parse_args(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    done = subprocess.run([sys.executable, "-c", code, str(SCRIPT)], capture_output=True, text=True,
+                          cwd=ROOT / "tests")
+    assert done.stdout.strip().splitlines()[-1] == "no torch", done.stderr

@@ -74,7 +74,9 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture01.cli_args import run_main, int_in, non_negative_int, positive_float, positive_int, ratio  # noqa: E402
+from lecture01.cli_args import (  # noqa: E402
+    run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
+)
 from lecture01.console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap  # noqa: E402
 from lecture09.swarm_protocol import HOST, ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
 
@@ -89,6 +91,10 @@ SERVER = ServerConfig()              # world size 4, sync, 60 steps, clip 1.0, .
 WORKER = WorkerConfig()              # top-k 1%, batch 8, data seed 1, ...
 DEFAULT_MODES = "all"                # every mode of compression.WIRE_MODES: none, topk, topk-int8
 DEFAULT_UPLINK_MBYTE_PER_S = 10.0    # a home uplink of 10 MB/s (1 MB = 10^6 bytes), i.e. 80 Mbit/s
+DEFAULT_DOWNLINK_MBYTE_PER_S = 25.0  # its downlink, 200 Mbit/s
+DEFAULT_RTT_MS = 50.0                # round-trip time between a volunteer and the server, within a continent
+ROUND_TRIPS_PER_REQUEST = 2          # urllib opens a connection per request: TCP handshake, then request/answer
+ENDPOINTS = ("GET /weights", "POST /gradients")   # what a worker's step sends and receives
 HEADER_SHARE_SIGNIFICANT = 0.10      # above this share of the body, the safetensors header is called significant
 
 
@@ -111,6 +117,25 @@ class SwarmResult:
     encode_s_per_step: float
     wall_s: float
     rejected: dict
+    # Both directions, counted by the server on its socket (HTTP request and status lines,
+    # headers and bodies; TCP/IP overhead not included), per accepted upload:
+    up_bytes_per_upload: float = 0.0      # POST /gradients and GET /weights requests
+    up_header_bytes_per_upload: float = 0.0  # of which not body: request lines and HTTP headers
+    down_bytes_per_upload: float = 0.0    # their answers: the weights, the JSON
+    requests_per_upload: float = 0.0      # pulls + uploads per accepted upload (about 2)
+    accepted_per_worker: float = 0.0      # accepted uploads per worker over the run
+    changed_entries_per_step: float = 0.0 # weights an optimizer step changes (median)
+
+    @property
+    def wire_bytes_per_step(self):
+        """All workers' bytes, both directions, per optimizer step."""
+        return (self.up_bytes_per_upload + self.down_bytes_per_upload) * self.accepted_uploads / self.steps
+
+    @property
+    def accepted_uploads(self):
+        return self.accepted_per_worker * self.workers
+
+    workers: int = 1
 
 
 
@@ -130,11 +155,13 @@ def run_swarm(pool, server_config, worker_config, val_tokens):
         stats = [read_result(process) for process in pool]
     finally:
         server.close()
+    traffic = server.traffic
     errors = [s["error"] for s in stats if s["error"]]
     if errors:
         raise RuntimeError(f"worker failed: {errors[0]}")
     swarm = server.swarm
     uploads = sum(s["uploads"] for s in stats)
+    accepted = sum(s["accepted"] for s in stats)
     rejected = Counter()
     for s in stats:
         rejected.update(s["rejected"])
@@ -153,6 +180,14 @@ def run_swarm(pool, server_config, worker_config, val_tokens):
         encode_s_per_step=statistics.median(t for s in stats for t in s["encode_s"]),
         wall_s=time.perf_counter() - start_s,
         rejected=dict(rejected),
+        up_bytes_per_upload=sum(traffic.get(f"{e} bytes in", 0) for e in ENDPOINTS) / accepted,
+        down_bytes_per_upload=sum(traffic.get(f"{e} bytes out", 0) for e in ENDPOINTS) / accepted,
+        up_header_bytes_per_upload=(sum(traffic.get(f"{e} bytes in", 0) for e in ENDPOINTS)
+                                    - sum(s["body_bytes_sent"] for s in stats)) / accepted,
+        requests_per_upload=sum(traffic.get(f"{e} requests", 0) for e in ENDPOINTS) / accepted,
+        accepted_per_worker=accepted / len(stats),
+        changed_entries_per_step=statistics.median(swarm.changed_entries),
+        workers=len(stats),
     )
 
 
@@ -162,11 +197,17 @@ def format_two_line_table(top, bottom, rows, aligns=None):
     return [lines[0], lines[2], lines[1]] + lines[3:]
 
 
-def print_traffic_table(results, n_workers, uplink_mbyte_per_s, n_params):
+def bf16_weights_bytes(model):
+    """The body of a GET /weights if the server sent bf16 weights (exact: serialised)."""
+    import torch
+    from safetensors.torch import save
+    return len(save({name: p.detach().to(torch.bfloat16) for name, p in model.named_parameters()}))
+
+
+def print_traffic_table(results, n_workers, link, n_params):
     """Table (1): bytes on the wire, modeled upload time, loss and bpc per compression mode.
 
     The last cell of each row is the validation bpc with 4 decimals (tests parse it)."""
-    uplink_bytes_per_s = uplink_mbyte_per_s * 1e6
     dense = next((r for r in results if r.compression == "none"), None)
     rows = []
     for r in results:
@@ -174,20 +215,93 @@ def print_traffic_table(results, n_workers, uplink_mbyte_per_s, n_params):
         rows.append([r.compression, f"{r.body_bytes_per_upload:,.0f}", f"{r.tensor_bytes_per_upload:,.0f}",
                      f"{r.body_bytes_per_upload - r.tensor_bytes_per_upload:,.0f}",
                      f"{r.body_bytes_per_step:,.0f}", ratio,
-                     f"{1e3 * r.body_bytes_per_upload / uplink_bytes_per_s:.2f}",
+                     f"{1e3 * link.upload_s(r.body_bytes_per_upload):.2f}",
                      f"{r.first_loss:.3f} -> {r.last_loss:.3f}", f"{r.val_bpc:.4f}"])
     for line in format_two_line_table(
-            ["压缩", "每次上传", "其中张量", "其中头部", "每步", "比 none 小", "上传 ms", "训练损失", "验证"],
-            ["compression", "body", "tensors", "header", "per step", "vs none", "upload", "loss", "val bpc"],
+            ["压缩", "每次上传", "其中张量", "st 头部", "每步", "比 none 小", "上传 ms", "训练损失", "验证"],
+            ["compression", "body", "tensors", "st header", "per step", "vs none", "upload", "loss", "val bpc"],
             rows):
         print(line)
-    print_wrapped(f"字节 bytes：工作者真正发出的 HTTP body（safetensors）；每次上传 = 平均一次，每步 = 所有 "
-                  f"{n_workers} 个工作者的 / 步数；头部 header = body - 张量数据。上传 ms = 在 "
-                  f"{uplink_mbyte_per_s:g} MB/s 的上行带宽下（1 MB = 10^6 字节）。训练损失 = 第一步 -> 最后一步"
+    print_wrapped(f"字节 bytes：工作者发出的 HTTP body（safetensors，不含 HTTP 头）；每次上传 = 平均一次，每步 = 所有 "
+                  f"{n_workers} 个工作者的 / 步数；st 头部 = safetensors 头部（8 字节长度 + JSON）= body - 张量数据。"
+                  f"上传 ms = body 在 {link.uplink_mbyte_per_s:g} MB/s 的上行带宽下（1 MB = 10^6 字节）。训练损失 = 第一步 -> 最后一步"
                   f"（工作者报告的平均）。模型 model：{n_params:,} 个参数 parameters。")
 
 
-HEADER_SHARE_SIGNIFICANT = 0.10   # above this share of the body, the header is called significant
+@dataclass(frozen=True)
+class Link:
+    """The modeled network between one worker and the server."""
+    uplink_mbyte_per_s: float = DEFAULT_UPLINK_MBYTE_PER_S
+    downlink_mbyte_per_s: float = DEFAULT_DOWNLINK_MBYTE_PER_S
+    rtt_ms: float = DEFAULT_RTT_MS
+
+    def upload_s(self, n_bytes):
+        return n_bytes / (self.uplink_mbyte_per_s * 1e6)
+
+    def download_s(self, n_bytes):
+        return n_bytes / (self.downlink_mbyte_per_s * 1e6)
+
+    def latency_s(self, r):
+        """Waiting on round trips per worker step: every request costs ROUND_TRIPS_PER_REQUEST."""
+        return r.requests_per_upload * ROUND_TRIPS_PER_REQUEST * self.rtt_ms / 1e3
+
+    def comm_s(self, r):
+        """One worker step's communication: its round trips plus both directions' bytes."""
+        return self.latency_s(r) + self.upload_s(r.up_bytes_per_upload) + self.download_s(r.down_bytes_per_upload)
+
+
+def print_wire_table(results, link):
+    """Table (1b): every byte both ways (HTTP headers included) and the modeled step time."""
+    rows = []
+    for r in results:
+        rows.append([r.compression, f"{r.up_bytes_per_upload:,.0f}",
+                     f"{r.up_header_bytes_per_upload:,.0f}", f"{r.down_bytes_per_upload:,.0f}",
+                     f"{r.wire_bytes_per_step:,.0f}", f"{r.requests_per_upload:.2f}",
+                     f"{1e3 * link.latency_s(r):.0f}",
+                     f"{1e3 * (link.comm_s(r) - link.latency_s(r)):.2f}", f"{1e3 * link.comm_s(r):.1f}"])
+    for line in format_two_line_table(
+            ["压缩", "上行", "其中 HTTP 头", "下行", "每步两个方向", "请求", "往返 ms", "传输 ms", "通信 ms"],
+            ["compression", "up", "HTTP headers", "down", "both, per step", "requests", "RTTs", "transfer", "comm"],
+            rows):
+        print(line)
+    print_wrapped(f"服务器在 socket 上数的字节（请求行、HTTP 头和 body；不含 TCP/IP 开销），按每次被接受的上传平均："
+                  f"上行 up = 上传 + 拉取权重的请求，下行 down = 权重 + 回答；每步两个方向 = 所有工作者 / 步数。"
+                  f"通信 = 请求数 x {ROUND_TRIPS_PER_REQUEST} 次往返 x RTT {link.rtt_ms:g} ms（每个请求新开一个连接："
+                  f"TCP 握手 + 请求/回答）+ 上行 / {link.uplink_mbyte_per_s:g} MB/s + 下行 / "
+                  f"{link.downlink_mbyte_per_s:g} MB/s。")
+
+
+def wire_observations(results, link, n_params, bf16_weights_bytes):
+    """Observations on table (1b): the download, the round trips (all computed)."""
+    by_mode = {r.compression: r for r in results}
+    notes = []
+    sparse = by_mode.get("topk") or by_mode.get("topk-int8")
+    first = results[0]
+    down_ms = 1e3 * link.download_s(first.down_bytes_per_upload)
+    line = (f"下载 download：每一步每个工作者都拉一次全部 fp32 权重，每次上传对应下行 "
+            f"{first.down_bytes_per_upload:,.0f} 字节，在 {link.downlink_mbyte_per_s:g} MB/s 下 {down_ms:.1f} ms，"
+            f"在哪种压缩下都一样")
+    if sparse is not None:
+        up_ms = 1e3 * link.upload_s(sparse.up_bytes_per_upload)
+        relation = (f"下行的时间是上行的 {down_ms / up_ms:.1f} 倍" if down_ms > up_ms else
+                    f"下行的时间只有上行的 {down_ms / up_ms:.2f}")
+        line += f"；{sparse.compression} 的上行只要 {up_ms:.2f} ms，压缩只管了上行这一半的路，{relation}"
+    changed = first.changed_entries_per_step
+    line += (f"。只发变化的权重（delta download）省不了：AdamW 的动量和 weight decay 让每步有 {changed:,.0f} / "
+             f"{n_params:,} 个权重改变；权重用 bf16 下发，body 是 {bf16_weights_bytes:,} 字节（fp32 的 "
+             f"{100 * bf16_weights_bytes / first.down_bytes_per_upload:.0f}%），代价是工作者算梯度用的权重有舍入误差。")
+    notes.append(line)
+    latency_ms = 1e3 * link.latency_s(first)
+    line = (f"往返 round trips：每次上传大约 {first.requests_per_upload:.2f} 个请求（拉取 + 上传），urllib 每个请求新开一个"
+            f"连接，各要 {ROUND_TRIPS_PER_REQUEST} 次往返：RTT {link.rtt_ms:g} ms 时每步等 {latency_ms:.0f} ms")
+    if sparse is not None:
+        transfer_ms = 1e3 * (link.comm_s(sparse) - link.latency_s(sparse))
+        word = "远大于" if latency_ms > 3 * transfer_ms else "大于" if latency_ms > transfer_ms else "小于"
+        line += f"，{word} {sparse.compression} 的全部传输时间 {transfer_ms:.1f} ms"
+    line += ("。保持连接（HTTP keep-alive）能省掉握手，把请求合并（上传的回答里带上新权重）能再省一次往返；"
+             "带宽之外，延迟也要算。")
+    notes.append(line)
+    return notes
 
 
 def traffic_observations(results, n_params, n_tensors, topk_ratio):
@@ -206,7 +320,7 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
         significant = share > HEADER_SHARE_SIGNIFICANT
         line = (f"top-k：每个张量留 {100 * topk_ratio:g}%，至少 1 个，一共 {topk.entries_per_upload:,.0f} 个数；"
                 f"每个数 12 字节（int64 下标 index + fp32 值 value），张量数据 {topk.tensor_bytes_per_upload:,.0f} "
-                f"字节。{n_tensors} 个张量各有 2 个键（::idx、::val），JSON 头部占 body 的 {100 * share:.0f}%")
+                f"字节。{n_tensors} 个张量各有 2 个键（::idx、::val），safetensors 头部占 body 的 {100 * share:.0f}%")
         if dense is not None:
             body_x = dense.body_bytes_per_upload / topk.body_bytes_per_upload
             tensor_x = dense.tensor_bytes_per_upload / topk.tensor_bytes_per_upload
@@ -216,7 +330,7 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
                 line += f"，body 比 none 小 {body_x:.1f} 倍，和只看张量的 {tensor_x:.1f} 倍相差不多"
         if significant:
             line += (f"。头部超过 body 的 {100 * HEADER_SHARE_SIGNIFICANT:.0f}%：载荷很小时，格式的固定开销"
-                     f"不能忽略。")
+                     f"不能忽略（它可以事先算出：8 字节 + 写着每个键的 dtype、形状、偏移的 JSON）。")
         else:
             line += (f"。头部不到 body 的 {100 * HEADER_SHARE_SIGNIFICANT:.0f}%：载荷这么大时，格式的固定开销"
                      f"很小。")
@@ -239,7 +353,7 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
     sparse = [r for r in (topk, topk_int8) if r is not None]
     if dense is not None and sparse:
         first = sparse[0]
-        sends = first.entries_per_upload * first.steps / n_params
+        sends = first.entries_per_upload * first.accepted_per_worker / n_params
         verdicts = []
         for r in sparse:
             diff = r.val_bpc - dense.val_bpc
@@ -247,7 +361,8 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
             verdicts.append(f"{r.compression} {r.val_bpc:.4f}（{word}，{diff:+.4f}）")
         how_often = (f"平均只把每个参数发出 {sends:.2f} 次" if sends < 1 else f"平均把每个参数发出 {sends:.2f} 次")
         notes.append(f"{first.steps} 步后验证 bpc：none {dense.val_bpc:.4f}，" + "，".join(verdicts) + "。"
-                     f"一个工作者在整个训练里{how_often}（{first.entries_per_upload:,.0f} 个数 x {first.steps} 步 "
+                     f"一个工作者在整个训练里{how_often}（{first.entries_per_upload:,.0f} 个数 x "
+                     f"{first.accepted_per_worker:.0f} 次上传 "
                      f"/ {n_params:,} 个参数）；误差反馈 error feedback 把没发的部分留在残差里晚一点再发，不会丢，"
                      f"但发出去时已经是旧的梯度了。")
     if topk is not None and topk_int8 is not None:
@@ -262,34 +377,32 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
     return notes
 
 
-def print_timing(results, uplink_mbyte_per_s, file):
+def print_timing(results, link, file):
     """Measured times vary from run to run, so they go to `file` (stderr), apart from the tables."""
-    uplink_bytes_per_s = uplink_mbyte_per_s * 1e6
     print("\n计时 Timing（本机测得，每次运行都会变 measured here, varies run to run）：", file=file)
     rows = []
     for r in results:
-        upload_s = r.body_bytes_per_upload / uplink_bytes_per_s
-        idle = upload_s / (upload_s + r.compute_s_per_step)
+        comm_s = link.comm_s(r)
+        idle = comm_s / (comm_s + r.compute_s_per_step)
         rows.append([r.compression, f"{1e3 * r.compute_s_per_step:.1f}", f"{1e3 * r.encode_s_per_step:.1f}",
-                     f"{1e3 * upload_s:.2f}", f"{100 * idle:.0f}%", f"{r.wall_s:.1f}"])
-    for line in format_two_line_table(["压缩", "计算 ms/步", "压缩+序列化 ms", "上传 ms", "空闲", "用时 s"],
-                                      ["compression", "compute", "encode", "upload", "idle", "wall"], rows):
+                     f"{1e3 * link.upload_s(r.body_bytes_per_upload):.2f}", f"{1e3 * comm_s:.1f}",
+                     f"{100 * idle:.0f}%", f"{r.wall_s:.1f}"])
+    for line in format_two_line_table(["压缩", "计算 ms/步", "压缩+序列化 ms", "上传 ms", "通信 ms", "空闲", "用时 s"],
+                                      ["compression", "compute", "encode", "upload", "comm", "idle", "wall"], rows):
         print(line, file=file)
-    lines = [f" 计算 = 一个工作者一步前向+反向的 CPU 时间（中位数）；上传 = 在 {uplink_mbyte_per_s:g} MB/s 时；"
-             f"空闲 idle = 上传 / (上传 + 计算) upload / (upload + compute)。"]
+    lines = [f" 计算 = 一个工作者一步前向+反向的 CPU 时间（中位数）；上传 = body 在 {link.uplink_mbyte_per_s:g} MB/s "
+             f"时；通信 = 表 (1b) 的模型（RTT {link.rtt_ms:g} ms，两个方向）；空闲 idle = 通信 / (通信 + 计算)。"]
     dense = next((r for r in results if r.compression == "none"), None)
     if dense is not None:
-        upload_s = dense.body_bytes_per_upload / uplink_bytes_per_s
+        upload_s, comm_s = link.upload_s(dense.body_bytes_per_upload), link.comm_s(dense)
         idle = upload_s / (upload_s + dense.compute_s_per_step)
-        lines.append(f" 不压缩时：算一步 {1e3 * dense.compute_s_per_step:.1f} ms，上传 {1e3 * upload_s:.1f} ms，"
-                     f"工作者 {100 * idle:.0f}% 的时间在等网络。模型大 1000 倍时，两者大约都乘 1000，比例差不多；"
-                     f"换成更快的 GPU，计算变短，比例只会更高。")
+        lines.append(f" 不压缩时：算一步 {1e3 * dense.compute_s_per_step:.1f} ms，只算上传是 {1e3 * upload_s:.1f} ms"
+                     f"（工作者 {100 * idle:.0f}% 的时间在等），算上往返和下载是 {1e3 * comm_s:.1f} ms。模型大 1000 倍"
+                     f"时，计算和传输大约都乘 1000，往返不变；换成更快的 GPU，计算变短，等网络的比例只会更高。")
     for text in lines:
         for line in wrap(text):
             print(line, file=file)
     file.flush()
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -367,10 +480,13 @@ def run_default(args):
         _, val_tokens = load_world_tokens()
         model = make_model(MODEL_CONFIG, seed=args.seed)
         n_params, n_tensors = model.n_params(), len(list(model.parameters()))
-        print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
-                     f"{args.update}，{args.steps} 步，每个 batch {args.batch_size}）")
-        sys.stdout.flush()   # progress lines go to stderr while the swarms train
         server_config = server_config_from(args, args.token or secrets.token_urlsafe(16))
+        print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
+                     f"{args.update}，{server_config.total_updates} 步，每个 batch {args.batch_size}）")
+        if args.update == "async":
+            print_wrapped(f"async：每份上传走一步，{args.steps} 轮的数据 = {server_config.total_updates} 步，"
+                          f"和 sync 的 {args.steps} 步看到同样多的 batch（like for like）。")
+        sys.stdout.flush()   # progress lines go to stderr while the swarms train
         wait_until_ready(pool)
         results = []
         for mode in args.modes:
@@ -383,16 +499,21 @@ def run_default(args):
     finally:
         stop_worker_pool(pool, at_once=not finished)
 
+    link = Link(args.uplink_mbyte_per_s, args.downlink_mbyte_per_s, args.rtt_ms)
     print("\n(1) 每种压缩训练一次 one training run per compression mode")
-    print_traffic_table(results, args.workers, args.uplink_mbyte_per_s, n_params)
+    print_traffic_table(results, args.workers, link, n_params)
+    print("\n(1b) 两个方向的全部字节和模型化的通信时间 every byte both ways, and a modeled step")
+    print_wire_table(results, link)
     print("\n(2) 服务器检查什么 what the server checks：每种坏上传发一次，之后看它是否健康")
     print_server_checks(*demo_server_checks())
 
     print("\n观察 Observations:")
-    for i, text in enumerate(traffic_observations(results, n_params, n_tensors, args.topk_ratio), 1):
+    notes = (traffic_observations(results, n_params, n_tensors, args.topk_ratio)
+             + wire_observations(results, link, n_params, bf16_weights_bytes(model)))
+    for i, text in enumerate(notes, 1):
         print_wrapped(f" {i}. {text}")
     sys.stdout.flush()
-    print_timing(results, args.uplink_mbyte_per_s, sys.stderr)
+    print_timing(results, link, sys.stderr)
     return results
 
 
@@ -475,6 +596,7 @@ def run_worker_cli(args):
 # Command line
 # ---------------------------------------------------------------------------
 
+non_negative_float = float_in(0, None)
 PORT = int_in(0, 65535)            # 0: let the OS pick a free port
 WORKER_ID = int_in(0, 99_999)      # seeds the batch generator as data_seed * 100_000 + id
 WORKER_COUNT = int_in(1, 64)       # each worker is a process
@@ -521,7 +643,7 @@ def mode_list(text):
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
     "default": {"workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
-                "uplink_mbyte_per_s", "token", "topk_ratio", "batch_size", "seed", "data_seed"},
+                "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio", "batch_size", "seed", "data_seed"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
               "port", "token", "seed", "verbose"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed"},
@@ -565,6 +687,11 @@ def build_parser():
                              "(default: derived from the model, 12 bytes x parameters + 65,536)")
     parser.add_argument("--uplink-mbyte-per-s", type=positive_float, default=DEFAULT_UPLINK_MBYTE_PER_S,
                         help="模型化的工作者上行带宽 modeled uplink, MB/s (1 MB = 10^6 bytes) "
+                             "(default %(default)s)")
+    parser.add_argument("--downlink-mbyte-per-s", type=positive_float, default=DEFAULT_DOWNLINK_MBYTE_PER_S,
+                        help="模型化的工作者下行带宽 modeled downlink, MB/s (default %(default)s)")
+    parser.add_argument("--rtt-ms", type=non_negative_float, default=DEFAULT_RTT_MS,
+                        help="模型化的往返时间 modeled round-trip time between worker and server, ms "
                              "(default %(default)s)")
     parser.add_argument("--port", type=PORT, default=0,
                         help="--serve：端口 port; 0 = 系统挑一个空闲的 a free one (default %(default)s)")

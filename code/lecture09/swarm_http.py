@@ -118,6 +118,9 @@ class SwarmHandler(BaseHTTPRequestHandler):
         self.raw_header_lines = []
         self.answered = False
 
+    def version_string(self):
+        return self.server_version   # not the Python version: the same header bytes on every machine
+
     def log_message(self, format, *args):   # noqa: A002 - the base class's signature
         if self.server.verbose:
             super().log_message(format, *args)

@@ -45,7 +45,9 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoDelayH
 def http_call(url, body=None, headers=None, timeout_s=60.0):
     """(status, headers, body) of one request on a new connection (urllib opens one per
     request: a TCP handshake, then the request); 4xx/5xx answers are returned, not raised."""
-    request = urllib.request.Request(url, data=body, headers=headers or {},
+    # A fixed User-Agent (urllib's own names the Python version): the same bytes on every machine.
+    headers = {"User-Agent": "tiny-swarm-worker", **(headers or {})}
+    request = urllib.request.Request(url, data=body, headers=headers,
                                      method="GET" if body is None else "POST")
     try:
         with _OPENER.open(request, timeout=timeout_s) as response:
@@ -125,7 +127,8 @@ class Worker:
         payload = self.feedback.propose(grads, self.config.compression, self.config.topk_ratio)
         body = payload_to_bytes(payload)
         stats["encode_s"].append(time.process_time() - start_s)
-        headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": repr(loss.item())})
+        # 9 significant digits give an fp32 loss back exactly, in a fixed width (15 characters).
+        headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": f"{loss.item():.8e}"})
         try:
             status, _, answer = http_call(f"{self.url}/gradients", body, headers, timeout_s=self.config.timeout_s)
         except (urllib.error.URLError, ConnectionError):
