@@ -125,6 +125,7 @@ class SwarmResult:
     requests_per_upload: float = 0.0      # pulls + uploads per accepted upload (about 2)
     accepted_per_worker: float = 0.0      # accepted uploads per worker over the run
     changed_entries_per_step: float = 0.0 # weights an optimizer step changes (median)
+    clipped_uploads: int = 0              # uploads the server clipped to upload_clip_norm
 
     @property
     def wire_bytes_per_step(self):
@@ -188,6 +189,7 @@ def run_swarm(pool, server_config, worker_config, val_tokens):
         accepted_per_worker=accepted / len(stats),
         changed_entries_per_step=statistics.median(swarm.changed_entries),
         workers=len(stats),
+        clipped_uploads=swarm.counts["clipped_uploads"],
     )
 
 
@@ -374,6 +376,9 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
     for r in results:
         if r.rejected:
             notes.append(f"{r.compression}：服务器拒绝了 {sum(r.rejected.values())} 次上传 {r.rejected}。")
+        if r.clipped_uploads:
+            notes.append(f"{r.compression}：服务器把 {r.clipped_uploads} 份上传裁剪到了每份的范数上限"
+                         f"（world_size x clip_norm），它们对这一步的影响变小了。")
     return notes
 
 
