@@ -19,9 +19,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from lecture09.swarm_protocol import (
-    HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_length, check_token, parse_upload_headers,
-)
+from lecture09.swarm_protocol import HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_upload_request
 from lecture09.swarm_server import ParameterServer
 
 WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this
@@ -239,12 +237,8 @@ class SwarmHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         swarm = self.server.swarm
         try:
-            check_framing(self.raw_header_lines, self.headers)
-            if urlsplit(self.path).path != "/gradients":
-                raise Rejection("not_found", f"no such endpoint {self.path}")
-            n_bytes = check_length(self.headers, swarm.max_body_bytes)
-            check_token(self.headers, swarm.config.token)
-            upload = parse_upload_headers(self.headers)
+            n_bytes, upload = check_upload_request(self.raw_header_lines, self.headers, urlsplit(self.path).path,
+                                                   swarm.max_body_bytes, swarm.config.token)
         except Rejection as rejection:
             # The body is never read: close after answering, and discard (for a moment)
             # what the client still sends, so its kernel does not reset our answer away.

@@ -22,6 +22,9 @@ nothing here imports torch at module level (the payload check imports it when ca
            compression.decode_payload)                                400 bad_payload
     then   the upload is clipped to a norm bound and enters the round (200)
 
+Checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
+before reading the body); 6 and 7 run in swarm_server.ParameterServer.submit.
+
 Every refusal carries a machine-readable `code` (REFUSALS below); a worker decides what
 to do next from the code, never from the wording of the message.
 """
@@ -117,6 +120,8 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "busy": (503, STOP),
     "not_found": (404, STOP),
 }
+# To add a check: a function below (called from check_upload_request, check_version or
+# check_payload), a code here if none fits, and a row in swarm_bad_uploads.BAD_UPLOADS.
 
 
 class Rejection(Exception):
@@ -217,6 +222,17 @@ def parse_upload_headers(headers):
     if not math.isfinite(loss):
         raise Rejection("bad_header", "X-Loss must be finite")
     return Upload(worker_id, int(version), compression, loss)
+
+
+def check_upload_request(raw_header_lines, headers, path, cap_bytes, token):
+    """Checks 1-4 of a POST, in order, from its line and headers alone (no body byte read):
+    -> (announced body size, Upload). A new check of the request goes here."""
+    check_framing(raw_header_lines, headers)
+    if path != "/gradients":
+        raise Rejection("not_found", f"no such endpoint {path}")
+    n_bytes = check_length(headers, cap_bytes)
+    check_token(headers, token)
+    return n_bytes, parse_upload_headers(headers)
 
 
 def check_version(upload, version, done, update, max_staleness, round_workers):
