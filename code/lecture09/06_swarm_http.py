@@ -13,6 +13,8 @@
       POST /gradients；服务器每轮收齐 4 个工作者各一份上传，求平均，走一步优化器（同步 sync）。
       打印：每次上传的 HTTP body 字节及其中的 safetensors 头部、模型化上行带宽下的上传时间、
       训练损失和验证 bits per char。stderr 上（和表分开）：测得的每步计算时间和空闲比例。
+  (1b) 两个方向的全部字节（服务器在 socket 上数，含 HTTP 头部和每步的权重下载）、每次上传的请求数，
+      和模型化的一步通信时间：往返（RTT 50 ms，--rtt-ms；每个请求 2 次往返）+ 上行 + 下行。
   (2) 每种坏上传各发一次给一个新服务器：它回答的状态码和原因、每次之后的健康状况，最后一轮有效上传。
   同一条命令，同样的 stdout：同步轮按工作者编号顺序求和，每个工作者用自己的带种子的生成器抽
   batch，权重按位精确地传输。
@@ -663,7 +665,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         description="一群工作者进程通过 HTTP 训练一个小 GPT（第 9 讲 代码 6）。A tiny GPT trained by a swarm of "
                     "worker processes over HTTP (lecture 9, code 6). 不带 --serve / --worker：默认运行 the default "
-                    "run, tables (1) and (2).")
+                    "run, tables (1), (1b) and (2).")
     role = parser.add_mutually_exclusive_group()
     role.add_argument("--serve", action="store_true",
                       help="只跑参数服务器，打印它的 URL (run only the parameter server)")
