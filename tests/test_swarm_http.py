@@ -521,3 +521,21 @@ def test_help_needs_no_torch():
     done = subprocess.run([sys.executable, "-c", code, str(SCRIPT)], capture_output=True, text=True,
                           cwd=ROOT / "tests")
     assert done.stdout.strip().splitlines()[-1] == "no torch", done.stderr
+
+
+def test_async_sees_as_many_batches_as_sync(train_tokens):
+    """--steps counts rounds of data: async takes world_size one-upload steps per round."""
+    assert ServerConfig(update="async", world_size=2, steps=3).total_updates == 6
+    assert ServerConfig(update="sync", world_size=2, steps=3).total_updates == 3
+    running = RunningServer(ServerConfig(update="async", world_size=2, steps=3, token=TOKEN))
+    try:
+        workers = [Worker(running.url, WorkerConfig(worker_id=i, token=TOKEN), train_tokens) for i in range(2)]
+        threads = [threading.Thread(target=w.run) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert running.swarm.version == 6 and status(running)["done"]
+        assert sum(w.stats["accepted"] for w in workers) == 6   # 3 rounds x 2 workers' batches
+    finally:
+        running.close()
