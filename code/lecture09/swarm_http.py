@@ -1,0 +1,362 @@
+"""The swarm's HTTP layer (lecture 9, code 6): bytes on the socket <-> ParameterServer.
+
+Introduced in lecture 9, §7.11. The handler makes the checks swarm_protocol.py lists, in
+its order, and bounds what one client can hold: a deadline on the whole request (408),
+a cap on open connections (503) and on waiting long polls, a listen backlog of
+config.listen_backlog. It counts every byte it reads and writes, HTTP headers included,
+per endpoint (RunningServer.traffic), so the tables can show both directions.
+"""
+
+import io
+import json
+import math
+import re
+import select
+import socket
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from lecture09.swarm_protocol import HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_upload_request
+from lecture09.swarm_server import ParameterServer
+
+WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this
+DRAIN_LIMIT_S = 2.0      # after refusing a body unread, how long we discard what still arrives
+
+
+class RequestDeadline(TimeoutError):
+    """The whole request (line, headers, body) did not arrive within the deadline."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's read side with one deadline for a whole request: every recv may wait
+    only for what is left of it, so a client trickling one byte a second cannot hold a
+    thread longer than the deadline. Counts the bytes it hands out."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.deadline = math.inf
+        self.bytes_read = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        remaining_s = self.deadline - time.monotonic()
+        if remaining_s <= 0:
+            raise RequestDeadline("request deadline passed")
+        self.sock.settimeout(remaining_s)
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            raise RequestDeadline("request deadline passed") from None
+        self.bytes_read += n
+        return n
+
+
+class _CountingWriter(io.RawIOBase):
+    """The socket's write side: a bounded wait per write, and a count of bytes written."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.bytes_written = 0
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        self.sock.settimeout(WRITE_TIMEOUT_S)
+        self.sock.sendall(data)
+        self.bytes_written += len(data)
+        return len(data)
+
+
+class _LineRecorder:
+    """Stands in for rfile while http.server parses the headers: keeps each raw line."""
+
+    def __init__(self, rfile):
+        self.rfile = rfile
+        self.lines = []
+
+    def readline(self, limit=-1):
+        line = self.rfile.readline(limit)
+        self.lines.append(line)
+        return line
+
+
+def _endpoint(command, path):
+    route = urlsplit(path).path
+    return f"{command} {route}" if route in ("/weights", "/gradients", "/status") else "other"
+
+
+def _json_bytes(answer):
+    """JSON that every parser reads: allow_nan=False turns a stray inf into an error here,
+    not invalid JSON on the wire."""
+    return json.dumps(answer, allow_nan=False).encode()
+
+
+class SwarmHandler(BaseHTTPRequestHandler):
+    server_version = "TinySwarm/1.0"
+    # Headers and body leave in separate writes; with Nagle's algorithm on, the body would
+    # wait for the client's delayed ACK (~40 ms on Linux) on every request.
+    disable_nagle_algorithm = True
+
+    def setup(self):
+        super().setup()
+        # Our own reader and writer replace the socket files; closing those releases
+        # their hold on the socket, so it really closes when the request is done.
+        self.rfile.close()
+        self.wfile.close()
+        self.reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+        self.writer = _CountingWriter(self.connection)
+        self.wfile = self.writer
+        self.raw_header_lines = []
+        self.answered = False
+
+    def version_string(self):
+        return self.server_version   # not the Python version: the same header bytes on every machine
+
+    def log_message(self, format, *args):   # noqa: A002 - the base class's signature
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    # --- one request: read, check, answer; a slow or vanished client ends quietly ---
+
+    def handle_one_request(self):
+        swarm = self.server.swarm
+        self.reader.deadline = time.monotonic() + swarm.config.request_deadline_s
+        self.answered = False
+        read_before, written_before = self.reader.bytes_read, self.writer.bytes_written
+        self.command, self.path = None, ""
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if len(self.raw_requestline) > 65536:
+                self.requestline, self.request_version, self.command = "", "", ""
+                self.send_error(414)
+                return
+            if not self.parse_request():
+                return   # http.server has answered (400, 431, 505)
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                self.send_error(501, f"Unsupported method ({self.command!r})")
+                return
+            method()
+        except RequestDeadline:
+            self.close_connection = True
+            if not self.answered:
+                self._try(lambda: self._refuse(Rejection("request_timeout", "the request did not arrive within "
+                                                         f"{swarm.config.request_deadline_s:g} s")))
+                self._drain_unread()
+        except (ConnectionError, TimeoutError, OSError):
+            self.close_connection = True   # the client went away: nothing to say, nothing to log
+        finally:
+            self.server.count_traffic(_endpoint(self.command, self.path) if self.command else "other",
+                                      self.reader.bytes_read - read_before,
+                                      self.writer.bytes_written - written_before)
+
+    def _try(self, action):
+        try:
+            action()
+        except OSError:
+            pass
+
+    def parse_request(self):
+        recorder = self.rfile = _LineRecorder(self.rfile)
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile = recorder.rfile
+            self.raw_header_lines = recorder.lines
+
+    def send_response(self, code, message=None):
+        self.answered = True
+        super().send_response(code, message)
+
+    def _reply(self, status, body, content_type="application/json", headers=None):
+        if isinstance(body, dict):
+            body = _json_bytes(body)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refuse(self, rejection, headers=None):
+        swarm = self.server.swarm
+        swarm.count_rejection(rejection.code)
+        if rejection.code == "unauthorized":
+            headers = dict(headers or {}, **{"WWW-Authenticate": "Bearer"})
+        self._reply(rejection.status, {"accepted": False, "applied": False, "code": rejection.code,
+                                       "error": rejection.reason, "version": swarm.version}, headers=headers)
+
+    def _client_gone(self):
+        """Whether the client closed its end (readable with nothing to read)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    # --- endpoints -------------------------------------------------------
+
+    def do_GET(self):
+        swarm = self.server.swarm
+        try:
+            check_framing(self.raw_header_lines, self.headers)
+        except Rejection as rejection:
+            self.close_connection = True
+            return self._refuse(rejection)
+        parts = urlsplit(self.path)
+        if parts.path == "/status":
+            return self._reply(200, swarm.status())
+        if parts.path != "/weights":
+            return self._refuse(Rejection("not_found", f"no such endpoint {parts.path}"))
+        after = parse_qs(parts.query).get("after", [None])[0]
+        if after is not None and not re.fullmatch(r"-?[0-9]{1,18}", after):
+            return self._refuse(Rejection("bad_header", "after must be an integer"))
+        after = None if after is None else int(after)
+        if after is not None and not self.server.long_polls.acquire(blocking=False):
+            after = None   # too many clients waiting already: answer at once with what we have
+            swarm.count("long_polls_answered_at_once")
+        try:
+            body, version, done = swarm.weights_body(after, self._client_gone)
+        finally:
+            if after is not None:
+                self.server.long_polls.release()
+        self._reply(200, body, "application/octet-stream",
+                    {"X-Model-Version": str(version), "X-Training-Done": "1" if done else "0"})
+
+    def do_POST(self):
+        swarm = self.server.swarm
+        try:
+            n_bytes, upload = check_upload_request(self.raw_header_lines, self.headers, urlsplit(self.path).path,
+                                                   swarm.max_body_bytes, swarm.config.token)
+        except Rejection as rejection:
+            # The body is never read: close after answering, and discard (for a moment)
+            # what the client still sends, so its kernel does not reset our answer away.
+            self.close_connection = True
+            self._refuse(rejection)
+            self._drain_unread()
+            return
+        body = self.rfile.read(n_bytes)   # bounded by the cap and by the request deadline
+        if len(body) != n_bytes:
+            self.close_connection = True
+            return self._refuse(Rejection("incomplete_body", f"body ended after {len(body)} of {n_bytes} bytes"))
+        try:
+            answer = swarm.submit(upload, body)
+        except Rejection as rejection:
+            return self._refuse(rejection)
+        self._reply(200, answer)
+
+    def _drain_unread(self):
+        """After answering without reading what the client sent: stop writing, then discard
+        what arrives for at most DRAIN_LIMIT_S. Closing with unread bytes would make the
+        kernel reset the connection, and the client could lose our answer."""
+        self.reader.deadline = time.monotonic() + DRAIN_LIMIT_S
+        _drain(self.connection, self.rfile.read1)
+
+
+def _drain(sock, read):
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        while read(65536):
+            pass
+    except OSError:   # includes RequestDeadline: we stop listening either way
+        pass
+
+
+class SwarmHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True   # a long-polling handler must not keep the process alive
+
+    def __init__(self, address, swarm, verbose=False):
+        self.request_queue_size = swarm.config.listen_backlog   # read by server_activate's listen()
+        super().__init__(address, SwarmHandler)
+        self.swarm = swarm
+        self.verbose = verbose
+        self.connections = threading.BoundedSemaphore(swarm.config.max_connections)
+        self.long_polls = threading.BoundedSemaphore(swarm.config.max_long_polls)
+        self.traffic = Counter()   # "<endpoint> requests" / "bytes in" / "bytes out"
+        self.traffic_lock = threading.Lock()
+
+    def count_traffic(self, endpoint, bytes_in, bytes_out):
+        with self.traffic_lock:
+            self.traffic[f"{endpoint} requests"] += 1
+            self.traffic[f"{endpoint} bytes in"] += bytes_in
+            self.traffic[f"{endpoint} bytes out"] += bytes_out
+
+    def process_request(self, request, client_address):
+        if not self.connections.acquire(blocking=False):
+            self._answer_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
+
+    def _answer_busy(self, request):
+        """503 from the accepting thread itself, without reading anything: it must stay quick."""
+        code = "busy"
+        body = _json_bytes({"accepted": False, "applied": False, "code": code,
+                            "error": "too many open connections; try again", "version": self.swarm.version})
+        head = (f"HTTP/1.1 {REFUSALS[code][0]} Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
+        self.swarm.count_rejection(code)
+
+        def answer():   # a short-lived thread outside the cap: at most DRAIN_LIMIT_S + 0.5 s
+            try:
+                request.settimeout(0.5)
+                request.sendall(head + body)
+                end_s = time.monotonic() + DRAIN_LIMIT_S
+                request.settimeout(DRAIN_LIMIT_S)
+                _drain(request, lambda n: request.recv(n) if time.monotonic() < end_s else b"")
+            except OSError:
+                pass
+            finally:
+                request.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+
+    def handle_error(self, request, client_address):
+        """A client that vanished is not an error of ours: no traceback in the log."""
+        import sys
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class RunningServer:
+    """A ParameterServer behind HTTP on 127.0.0.1, serving from a background thread."""
+
+    def __init__(self, config=ServerConfig(), port=0, verbose=False):
+        self.swarm = ParameterServer(config)
+        self.httpd = SwarmHTTPServer((HOST, port), self.swarm, verbose)   # port 0: the OS picks a free one
+        self.url = f"http://{HOST}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def traffic(self):
+        with self.httpd.traffic_lock:
+            return dict(self.httpd.traffic)
+
+    def close(self):
+        self.swarm.close()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()

@@ -1,0 +1,263 @@
+"""The swarm's protocol (lecture 9, code 6): its settings, its refusals, and every check
+the parameter server makes on a request, in the order it makes them.
+
+Introduced in lecture 9, §7.11. Imported by 06_swarm_http.py before torch is loaded, so
+nothing here imports torch at module level (the payload check imports it when called).
+
+    order  check (function here)                                      refusal
+    1      framing: one Content-Length, no Transfer-Encoding, no bare
+           CR in a header line, no repeated single-valued header
+           (check_framing; RFC 9112 §6.3 and §2.2)                     400 ambiguous_request
+    2      Content-Length present, an integer, at most the cap, judged
+           from the header alone (check_length)                       411 / 400 / 413
+    3      the bearer token, before a single body byte is read
+           (check_token)                                              401 unauthorized
+    4      X-Compression, X-Worker-Id, X-Model-Version, X-Loss
+           (parse_upload_headers)                                     400 bad_header
+    5      the body arrives whole within the request deadline         400 / 408
+    6      version and round: future, stale, repeat, finished
+           (check_version)                                            409
+    7      the payload: safetensors, exact keys, dtypes, shapes,
+           indices, finite values (check_payload ->
+           compression.decode_payload)                                400 bad_payload
+    then   the upload is clipped to a norm bound and enters the round (200)
+
+Checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
+before reading the body); 6 and 7 run in swarm_server.ParameterServer.submit.
+
+Every refusal carries a machine-readable `code` (REFUSALS below); a worker decides what
+to do next from the code, never from the wording of the message.
+"""
+
+import hmac
+import math
+import re
+from dataclasses import dataclass
+
+HOST = "127.0.0.1"   # loopback only: this server has no TLS, so it must not face a network
+
+
+# ---------------------------------------------------------------------------
+# Settings (every field is also a flag of 06_swarm_http.py)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServerConfig:
+    world_size: int = 4              # distinct workers averaged per synchronous round
+    update: str = "sync"             # "sync": average a round, then step; "async": step per upload
+    steps: int = 60                  # rounds of data: sync takes `steps` optimizer steps, async
+                                     # steps * world_size one-upload steps (the same batches seen)
+    peak_lr: float = 3e-3            # lecture 1's AdamW recipe (tiny_gpt.TrainConfig)
+    clip_norm: float = 1.0           # global clipping after averaging, as in lecture 1
+    round_deadline_s: float = 30.0   # a round that waits this long steps with what arrived
+    max_staleness: int = 4           # async: accept uploads at most this many versions old
+    max_body_bytes: int | None = None  # None: derived from the model (max_body_bytes_for)
+    long_poll_s: float = 20.0        # longest a GET /weights?after=V waits for a new version
+    max_long_polls: int = 16         # concurrent waiting long polls; beyond, they answer at once
+    request_deadline_s: float = 20.0 # a whole request (headers and body) must arrive within this
+    max_connections: int = 64        # open connections served at once; beyond, 503 at once
+    listen_backlog: int = 128        # the kernel's queue of connections not yet accepted
+    model_seed: int = 0              # tiny_gpt.make_model's seed: the starting weights
+    token: str | None = None         # shared secret for POST /gradients; None: no check
+
+    @property
+    def total_updates(self):
+        """Optimizer steps in one training run: async takes one per upload, so it needs
+        world_size of them to see the data one synchronous round sees."""
+        return self.steps * (self.world_size if self.update == "async" else 1)
+
+    @property
+    def upload_clip_norm(self):
+        """Each upload is clipped to this L2 norm before averaging, so that one upload's
+        share of a round's average is at most clip_norm: one worker can steer a step but
+        never blow it up (honest uploads of the default run stay below it)."""
+        return self.world_size * self.clip_norm
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: int = 0
+    compression: str = "topk"        # one of compression.WIRE_MODES
+    topk_ratio: float = 0.01         # fraction of each tensor's entries a top-k upload keeps
+    batch_size: int = 8              # sequences per worker per step: 4 workers x 8 = lecture 1's 32
+    data_seed: int = 1               # with worker_id, seeds this worker's batch generator
+    token: str | None = None
+    timeout_s: float = 60.0          # HTTP timeout; a long poll waits at most long_poll_s
+
+
+# The largest valid upload is top-k at ratio 1: every entry as an int64 index and an fp32
+# value (12 bytes); its safetensors header (8 bytes + JSON of ~80 bytes per key) fits in
+# the allowance below for any model this course builds.
+BYTES_PER_SPARSE_ENTRY = 12
+HEADER_ALLOWANCE_BYTES = 65_536
+
+
+def max_body_bytes_for(n_params):
+    """The body cap the server derives from its model: 12 bytes per parameter + 64 KiB."""
+    return BYTES_PER_SPARSE_ENTRY * n_params + HEADER_ALLOWANCE_BYTES
+
+
+# ---------------------------------------------------------------------------
+# Refusals: one machine-readable code each, and what a worker does on receiving it
+# ---------------------------------------------------------------------------
+
+REPULL, WAIT, STOP = "re-pull", "wait", "stop"
+
+REFUSALS = {   # code: (HTTP status, the worker's next move)
+    "ambiguous_request": (400, STOP),
+    "length_required": (411, STOP),
+    "bad_length": (400, STOP),
+    "too_large": (413, STOP),
+    "unauthorized": (401, STOP),
+    "bad_header": (400, STOP),
+    "incomplete_body": (400, STOP),
+    "request_timeout": (408, STOP),
+    "future_version": (409, REPULL),   # pull the newer weights, compute again
+    "stale_version": (409, REPULL),
+    "repeat_in_round": (409, WAIT),    # this worker is in the round already: wait for the step
+    "training_done": (409, REPULL),    # the pull then reports done and the worker stops
+    "bad_payload": (400, STOP),
+    "busy": (503, STOP),
+    "not_found": (404, STOP),
+}
+# To add a check: a function below (called from check_upload_request, check_version or
+# check_payload), a code here if none fits, and a row in swarm_bad_uploads.BAD_UPLOADS.
+
+
+class Rejection(Exception):
+    """A request the server refuses: a code from REFUSALS and a reason for the answer."""
+
+    def __init__(self, code, reason):
+        super().__init__(reason)
+        self.code = code
+        self.status = REFUSALS[code][0]
+        self.reason = reason
+
+
+def next_move(code):
+    """What a worker does after a refusal with this code (STOP for an unknown code)."""
+    return REFUSALS.get(code, (None, STOP))[1]
+
+
+# ---------------------------------------------------------------------------
+# The checks, in the order the server makes them
+# ---------------------------------------------------------------------------
+
+SINGLE_VALUED = ("Content-Length", "Authorization", "X-Worker-Id", "X-Compression", "X-Model-Version",
+                 "X-Loss", "Host")
+WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+VERSION_PATTERN = re.compile(r"[0-9]{1,18}")
+LENGTH_PATTERN = re.compile(r"[0-9]{1,18}")
+
+
+def check_framing(raw_header_lines, headers):
+    """1. Refuse a request whose meaning a parser (or a proxy in front) could read two ways.
+
+    raw_header_lines: the header lines as bytes, as they came off the socket;
+    headers: the parsed message (with get_all)."""
+    for line in raw_header_lines:
+        content = line[:-2] if line.endswith(b"\r\n") else line[:-1] if line.endswith(b"\n") else line
+        if b"\r" in content:
+            # http.client splits lines on LF only, and email's parser then also on a lone
+            # CR, so "X-Loss: 1\rX-Worker-Id: eve" would smuggle a header past a proxy.
+            raise Rejection("ambiguous_request", "a header line contains a bare CR")
+    if headers.get("Transfer-Encoding") is not None:
+        raise Rejection("ambiguous_request", "Transfer-Encoding is not accepted: send Content-Length only")
+    for name in SINGLE_VALUED:
+        values = headers.get_all(name) or []
+        if len(values) > 1:
+            raise Rejection("ambiguous_request", f"{name} appears {len(values)} times")
+
+
+def check_length(headers, cap_bytes):
+    """2. The announced body size, from the header alone; returns it."""
+    length = headers.get("Content-Length")
+    if length is None:
+        raise Rejection("length_required", "Content-Length is required")
+    if not LENGTH_PATTERN.fullmatch(length.strip()):
+        raise Rejection("bad_length", f"Content-Length must be a non-negative integer, got {length!r}")
+    n_bytes = int(length)
+    if n_bytes > cap_bytes:
+        raise Rejection("too_large", f"body of {n_bytes} bytes exceeds the cap of {cap_bytes} bytes")
+    return n_bytes
+
+
+def check_token(headers, token):
+    """3. The shared bearer token (None: no check)."""
+    if token is None:
+        return
+    given = (headers.get("Authorization") or "").encode("latin-1", "replace")
+    expected = f"Bearer {token}".encode("latin-1")
+    # compare_digest does not stop at the first wrong byte, so the answer's timing does
+    # not tell an attacker how much of a guess was right.
+    if not hmac.compare_digest(given, expected):
+        raise Rejection("unauthorized", "missing or wrong bearer token")
+
+
+@dataclass(frozen=True)
+class Upload:
+    worker_id: str
+    version: int
+    compression: str
+    loss: float
+
+
+def parse_upload_headers(headers):
+    """4. The upload's own headers (a Mapping with .get) -> Upload."""
+    from lecture09.compression import WIRE_MODES   # imports torch: only the server gets here
+
+    compression = headers.get("X-Compression")
+    if compression not in WIRE_MODES:
+        raise Rejection("bad_header", f"X-Compression must be one of {list(WIRE_MODES)}, got {compression!r}")
+    worker_id = headers.get("X-Worker-Id") or ""
+    if not WORKER_ID_PATTERN.fullmatch(worker_id):
+        raise Rejection("bad_header", "X-Worker-Id must be 1-64 characters of A-Z a-z 0-9 _ . -")
+    version = headers.get("X-Model-Version") or ""
+    if not VERSION_PATTERN.fullmatch(version):
+        raise Rejection("bad_header", f"X-Model-Version must be a non-negative integer, got {version!r}")
+    try:
+        loss = float(headers.get("X-Loss") or "")
+    except ValueError:
+        raise Rejection("bad_header", "X-Loss must be a number") from None
+    if not math.isfinite(loss):
+        raise Rejection("bad_header", "X-Loss must be finite")
+    return Upload(worker_id, int(version), compression, loss)
+
+
+def check_upload_request(raw_header_lines, headers, path, cap_bytes, token):
+    """Checks 1-4 of a POST, in order, from its line and headers alone (no body byte read):
+    -> (announced body size, Upload). A new check of the request goes here."""
+    check_framing(raw_header_lines, headers)
+    if path != "/gradients":
+        raise Rejection("not_found", f"no such endpoint {path}")
+    n_bytes = check_length(headers, cap_bytes)
+    check_token(headers, token)
+    return n_bytes, parse_upload_headers(headers)
+
+
+def check_version(upload, version, done, update, max_staleness, round_workers):
+    """6. Version and round checks against the server's state (its lock held)."""
+    if done:
+        raise Rejection("training_done", f"training finished at version {version}")
+    if upload.version > version:
+        raise Rejection("future_version", f"future version {upload.version}: the server is at {version}")
+    age = version - upload.version
+    if update == "sync":
+        if age > 0:
+            raise Rejection("stale_version", f"stale version {upload.version}: the round is for {version}")
+        if upload.worker_id in round_workers:
+            raise Rejection("repeat_in_round", f"repeat: worker {upload.worker_id} is already in this round")
+    elif age > max_staleness:
+        raise Rejection("stale_version", f"stale version {upload.version}: {age} steps old, "
+                                         f"tolerance {max_staleness}")
+
+
+def check_payload(body, shapes, mode):
+    """7. The body as a payload: every key, dtype, shape, index and value
+    (compression.decode_payload) -> {name: dense float32 gradient}."""
+    from lecture09.compression import PayloadError, decode_payload, payload_from_bytes
+
+    try:
+        return decode_payload(payload_from_bytes(body), shapes, mode)
+    except PayloadError as error:
+        raise Rejection("bad_payload", str(error)) from None

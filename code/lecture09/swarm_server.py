@@ -1,0 +1,222 @@
+"""The parameter server's logic (lecture 9, code 6): the model, its optimizer, the round
+buffer, and the fate of every upload. No HTTP here (swarm_http.py carries the bytes),
+so tests can call it directly.
+
+Introduced in lecture 9, §7.11. The checks it runs are the ones swarm_protocol.py lists.
+"""
+
+import math
+import threading
+import time
+from collections import Counter
+
+import torch
+from safetensors.torch import save as safetensors_save
+
+from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
+from lecture09.lecture_model import MODEL_CONFIG
+from lecture09.swarm_protocol import ServerConfig, check_payload, check_version, max_body_bytes_for
+
+
+def l2_norm(tensors):
+    """The L2 norm of a list of float32 tensors, summed in float64: finite for any finite
+    fp32 values (the largest square, 3.4e38 ** 2 ~ 1.2e77, is far inside float64's range),
+    where an fp32 sum of squares overflows to inf from values of about 1.8e19."""
+    return math.sqrt(sum(float(t.double().square().sum()) for t in tensors))
+
+
+def clipped(dense, max_norm):
+    """{name: tensor} scaled (a copy) so that its L2 norm is at most max_norm; and the norm."""
+    norm = l2_norm(list(dense.values()))
+    if norm <= max_norm:
+        return dense, norm
+    factor = max_norm / norm            # computed in float64: never 0 * inf
+    return {name: (t.double() * factor).float() for name, t in dense.items()}, norm
+
+
+class ParameterServer:
+    """Holds the model, the optimizer and the round buffer; decides every upload's fate.
+
+    version = optimizer steps taken so far; a worker's upload names the version its
+    gradient was computed on. Sync: a round collects one upload per distinct worker id
+    at the current version (a repeat from the same worker is refused with 409, so one
+    fast worker cannot fill a round); with world_size of them, or when the round
+    deadline passes with at least one, the server averages them summed in worker-id
+    order (arrival order cannot change the result), clips and steps. Async: an upload
+    computed age = version_now - version steps ago (0 <= age <= max_staleness) is applied
+    at once with the learning rate scaled by 1 / (1 + age). An upload is decoded and
+    checked completely before it touches the round buffer, so a rejected upload changes
+    nothing. Every upload is clipped to config.upload_clip_norm before it is averaged,
+    and a step that would make a weight non-finite is not taken: the weights stay those
+    of the last good version, and /status says so.
+    """
+
+    def __init__(self, config=ServerConfig()):
+        self.config = config
+        self.model = make_model(MODEL_CONFIG, seed=config.model_seed)
+        self.model.train()
+        self.params = dict(self.model.named_parameters())
+        self.shapes = {name: p.shape for name, p in self.params.items()}   # never from the wire
+        self.max_body_bytes = config.max_body_bytes or max_body_bytes_for(self.model.n_params())
+        self.optimizer = make_adamw(self.model, TrainConfig(steps=config.total_updates, peak_lr=config.peak_lr,
+                                                            clip_norm=config.clip_norm))
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)   # long polls wait on it
+        self.version = 0
+        self.round = {}            # worker id -> (dense gradients, loss), current version only
+        self.round_timer = None
+        self.last_loss = None
+        self.step_losses = []      # mean worker loss of every step, in step order
+        self.counts = Counter()    # "accepted", "clipped_uploads", "deadline_steps", "skipped_steps", "rejected_<code>"
+        self.last_skip = None      # why the last step was not taken, for /status
+        self.changed_entries = []  # weights that changed in each step (what a delta download would send)
+        self.closing = False
+        self._weights_cache = (None, b"")
+
+    @property
+    def done(self):
+        return self.version >= self.config.total_updates
+
+    # --- reading ---------------------------------------------------------
+
+    def weights_body(self, after=None, client_gone=lambda: False):
+        """(safetensors bytes, version, done); with `after`, wait (at most long_poll_s)
+        for a newer version first, checking every half second whether the client left."""
+        with self.changed:
+            if after is not None:
+                end_s = time.monotonic() + self.config.long_poll_s
+                while not (self.version > after or self.done or self.closing):
+                    left_s = end_s - time.monotonic()
+                    if left_s <= 0 or client_gone():
+                        break
+                    self.changed.wait(min(0.5, left_s))
+            version, done = self.version, self.done
+            if self._weights_cache[0] != version:
+                tensors = {name: p.detach().clone() for name, p in self.params.items()}
+                self._weights_cache = (version, safetensors_save(tensors))
+            return self._weights_cache[1], version, done
+
+    def status(self):
+        """The /status answer; every number in it is finite (JSON has no inf or NaN)."""
+        with self.lock:
+            finite = all(bool(torch.isfinite(p).all()) for p in self.params.values())
+            loss = self.last_loss if self.last_loss is not None and math.isfinite(self.last_loss) else None
+            return {
+                "version": self.version,
+                "step": self.version,
+                "total_steps": self.config.total_updates,
+                "update": self.config.update,
+                "world_size": self.config.world_size,
+                "pending_uploads": len(self.round),
+                "last_loss": loss,
+                "health": "ok" if finite else "non-finite weights",
+                "last_skipped_step": self.last_skip,
+                "done": self.done,
+                "counts": dict(self.counts),
+            }
+
+    # --- writing ---------------------------------------------------------
+
+    def submit(self, upload, body):
+        """Decide one upload; returns the 200 answer or raises Rejection (nothing changed)."""
+        with self.lock:
+            self._admit(upload)
+        # Decoding is the slow part; it runs outside the lock, on a private copy.
+        dense = check_payload(body, self.shapes, upload.compression)
+        dense, norm = clipped(dense, self.config.upload_clip_norm)
+        with self.changed:
+            self._admit(upload)   # again: the version may have moved while we decoded
+            self.counts["accepted"] += 1
+            if norm > self.config.upload_clip_norm:
+                self.counts["clipped_uploads"] += 1
+            if self.config.update == "async":
+                age = self.version - upload.version
+                self._step([dense], [upload.loss], lr_factor=1.0 / (1 + age))
+                return {"accepted": True, "applied": True, "version": self.version}
+            self.round[upload.worker_id] = (dense, upload.loss)
+            if len(self.round) == 1:
+                self._start_deadline(self.version)
+            applied = len(self.round) >= self.config.world_size
+            if applied:
+                self._step_round()
+            return {"accepted": True, "applied": applied, "version": self.version}
+
+    def _admit(self, upload):
+        check_version(upload, self.version, self.done, self.config.update, self.config.max_staleness, self.round)
+
+    def _start_deadline(self, version):
+        timer = threading.Timer(self.config.round_deadline_s, self._deadline, args=(version,))
+        timer.daemon = True
+        self.round_timer = timer
+        timer.start()
+
+    def _deadline(self, version):
+        with self.changed:
+            if self.version == version and self.round and not self.closing:
+                self.counts["deadline_steps"] += 1
+                self._step_round()
+
+    def _step_round(self):
+        ordered = [self.round[w] for w in sorted(self.round)]   # worker-id order, not arrival order
+        self.round = {}
+        if self.round_timer is not None:
+            self.round_timer.cancel()
+            self.round_timer = None
+        self._step([d for d, _ in ordered], [loss for _, loss in ordered])
+
+    def _step(self, dense_list, losses, lr_factor=1.0):
+        """p.grad = mean(dense_list); clip; AdamW at lr_at(version) * lr_factor; version + 1.
+
+        The async discount multiplies the learning rate, after clipping, so clipping cannot
+        erase it and AdamW's per-entry normalisation cannot divide it away. If the step
+        would leave a weight non-finite, the weights and the optimizer state go back to
+        what they were: the version still moves on (the workers' uploads were used up),
+        and the skip is counted and reported by /status."""
+        for name, p in self.params.items():
+            total = dense_list[0][name].clone()
+            for dense in dense_list[1:]:
+                total += dense[name]
+            p.grad = total.mul_(1.0 / len(dense_list))
+        torch.nn.utils.clip_grad_norm_(list(self.params.values()), self.config.clip_norm)
+        lr = lr_at(self.version, self.config.total_updates, self.config.peak_lr) * lr_factor
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        before = {name: p.detach().clone() for name, p in self.params.items()}
+        state_before = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+                        for p, s in self.optimizer.state.items()}
+        try:
+            self.optimizer.step()
+            good = all(bool(torch.isfinite(p).all()) for p in self.params.values())
+        except RuntimeError:   # e.g. a step size beyond fp32's range ("cannot be converted ... overflow")
+            good = False
+        self.optimizer.zero_grad(set_to_none=True)
+        if good:
+            self.changed_entries.append(sum(int((p.detach() != before[n]).sum()) for n, p in self.params.items()))
+        else:
+            with torch.no_grad():
+                for name, p in self.params.items():
+                    p.copy_(before[name])
+            self.optimizer.state.clear()
+            self.optimizer.state.update(state_before)
+            self.counts["skipped_steps"] += 1
+            self.last_skip = (f"step {self.version} would have made weights non-finite; "
+                              f"kept the weights of version {self.version}")
+        # Dividing before adding cannot overflow: the mean of finite numbers stays finite.
+        self.last_loss = sum(loss / len(losses) for loss in losses)
+        self.step_losses.append(self.last_loss)
+        self.version += 1
+        self.changed.notify_all()
+
+    def count(self, name):
+        with self.lock:
+            self.counts[name] += 1
+
+    def count_rejection(self, code):
+        self.count(f"rejected_{code}")
+
+    def close(self):
+        with self.changed:
+            self.closing = True
+            if self.round_timer is not None:
+                self.round_timer.cancel()
+            self.changed.notify_all()

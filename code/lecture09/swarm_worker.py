@@ -1,0 +1,245 @@
+"""A swarm worker (lecture 9, code 6): pull the weights, compute a gradient on its own
+batch, upload it compressed with error feedback; and the pool of worker processes the
+default run keeps across its compression modes.
+
+Introduced in lecture 9, §7.11. After a refusal the worker reads the answer's `code`
+(swarm_protocol.REFUSALS) to decide: re-pull, wait for the next round, or stop.
+"""
+
+import http.client
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import torch
+from safetensors.torch import load as safetensors_load
+
+from lecture01.tiny_gpt import get_batch, lm_loss, load_world_tokens, make_model
+from lecture09.compression import PayloadErrorFeedback, payload_tensor_bytes, payload_to_bytes
+from lecture09.lecture_model import MODEL_CONFIG
+from lecture09.swarm_protocol import REPULL, STOP, WAIT, WorkerConfig, next_move
+
+
+class _NoDelayConnection(http.client.HTTPConnection):
+    """urllib's connection with Nagle's algorithm off: a request's headers and body leave
+    in two writes, and the body must not wait ~40 ms for the server's delayed ACK."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _NoDelayHandler(urllib.request.HTTPHandler):
+    def http_open(self, request):
+        return self.do_open(_NoDelayConnection, request)
+
+
+# A swarm talks straight to its server: never through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoDelayHandler())
+
+
+def http_call(url, body=None, headers=None, timeout_s=60.0):
+    """(status, headers, body) of one request on a new connection (urllib opens one per
+    request: a TCP handshake, then the request); 4xx/5xx answers are returned, not raised."""
+    # A fixed User-Agent (urllib's own names the Python version): the same bytes on every machine.
+    headers = {"User-Agent": "tiny-swarm-worker", **(headers or {})}
+    request = urllib.request.Request(url, data=body, headers=headers,
+                                     method="GET" if body is None else "POST")
+    try:
+        with _OPENER.open(request, timeout=timeout_s) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def load_weights(model, body):
+    """Copy a GET /weights body into the model, after checking its names and shapes."""
+    tensors = safetensors_load(body)
+    params = dict(model.named_parameters())
+    if set(tensors) != set(params):
+        raise RuntimeError("the server's parameters do not match this worker's model")
+    with torch.no_grad():
+        for name, p in params.items():
+            if tensors[name].shape != p.shape or tensors[name].dtype != p.dtype:
+                raise RuntimeError(f"weights for {name} have the wrong shape or dtype")
+            p.copy_(tensors[name])
+
+
+class Worker:
+    """One swarm worker: pull weights, compute a gradient, upload it with error feedback.
+
+    pull(after) fetches the weights (waiting for a version newer than `after`) into the
+    local model; upload(version) computes the gradient of one local batch, proposes a
+    payload to the error-feedback memory and POSTs it. On 200 the new residual is
+    committed; on any refusal it is rolled back, because nothing reached the server.
+    Batches come from this worker's own generator, seeded by (data_seed, worker_id).
+    The forward runs in fp32 (code 5's demo 2 uses bf16 where the CPU has it; §7.11).
+    Compute time is process CPU time of forward + backward, so workers that share
+    cores do not inflate each other's figure.
+    """
+
+    def __init__(self, url, config=WorkerConfig(), train_tokens=None):
+        if train_tokens is None:
+            train_tokens, _ = load_world_tokens()
+        self.url = url.rstrip("/")
+        self.config = config
+        self.train_tokens = train_tokens
+        self.model = make_model(MODEL_CONFIG, seed=0)   # architecture only: weights come from the server
+        self.model.train()
+        self.gen = torch.Generator().manual_seed(config.data_seed * 100_000 + config.worker_id)
+        self.feedback = PayloadErrorFeedback()
+        self.headers = {"X-Worker-Id": str(config.worker_id), "X-Compression": config.compression,
+                        "Content-Type": "application/octet-stream"}
+        if config.token is not None:
+            self.headers["Authorization"] = f"Bearer {config.token}"
+        self.stats = {"worker_id": config.worker_id, "compression": config.compression, "uploads": 0, "pulls": 0,
+                      "accepted": 0, "body_bytes_sent": 0, "tensor_bytes_sent": 0, "entries_sent": 0,
+                      "compute_s": [], "encode_s": [], "rejected": {}, "error": None}
+
+    def pull(self, after=-1):
+        """GET /weights?after=...; load them; return (version, done)."""
+        status, headers, body = http_call(f"{self.url}/weights?after={after}", timeout_s=self.config.timeout_s)
+        if status != 200:
+            raise RuntimeError(f"GET /weights answered {status}")
+        self.stats["pulls"] += 1
+        version, done = int(headers["X-Model-Version"]), headers.get("X-Training-Done") == "1"
+        if not done and version > after:
+            load_weights(self.model, body)
+        return version, done
+
+    def upload(self, version):
+        """Gradient on one batch at the loaded weights (= `version`), compressed, POSTed.
+
+        Returns (status, answer dict)."""
+        stats = self.stats
+        x, y = get_batch(self.train_tokens, self.config.batch_size, MODEL_CONFIG.block_size, self.gen)   # (B, T)
+        start_s = time.process_time()
+        self.model.zero_grad(set_to_none=True)
+        loss = lm_loss(self.model, x, y)
+        loss.backward()
+        stats["compute_s"].append(time.process_time() - start_s)
+        start_s = time.process_time()
+        grads = {name: p.grad for name, p in self.model.named_parameters()}
+        payload = self.feedback.propose(grads, self.config.compression, self.config.topk_ratio)
+        body = payload_to_bytes(payload)
+        stats["encode_s"].append(time.process_time() - start_s)
+        # 9 significant digits give an fp32 loss back exactly, in a fixed width (15 characters).
+        headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": f"{loss.item():.8e}"})
+        try:
+            status, _, answer = http_call(f"{self.url}/gradients", body, headers, timeout_s=self.config.timeout_s)
+        except (urllib.error.URLError, ConnectionError):
+            self.feedback.rollback()   # the connection broke under us: nothing was kept
+            raise
+        stats["uploads"] += 1
+        stats["body_bytes_sent"] += len(body)
+        stats["tensor_bytes_sent"] += payload_tensor_bytes(payload)
+        stats["entries_sent"] += sum(t.numel() for key, t in payload.items() if not key.endswith(("::idx", "::scale")))
+        if status == 200:
+            self.feedback.commit()
+            stats["accepted"] += 1
+        else:
+            self.feedback.rollback()   # the server kept nothing, so the residual must not move
+            stats["rejected"][str(status)] = stats["rejected"].get(str(status), 0) + 1
+        try:
+            reply = json.loads(answer or b"{}")
+        except ValueError:
+            reply = {}
+        return status, reply
+
+    def run(self, max_uploads=None):
+        """Loop until the server reports training done; returns the stats dict.
+
+        After a refusal, the answer's code decides (swarm_protocol.REFUSALS): re-pull at
+        once (stale, future), wait for the next version (repeat in this round), or stop
+        (anything else: resending the same thing cannot help)."""
+        after = -1
+        while max_uploads is None or self.stats["uploads"] < max_uploads:
+            version, done = self.pull(after)
+            if done:
+                break
+            if version <= after:
+                continue   # the long poll timed out with nothing new: ask again
+            status, reply = self.upload(version)
+            move = WAIT if status == 200 else next_move(reply.get("code"))
+            if move == WAIT:
+                after = version
+            elif move == REPULL:
+                after = -1
+            else:
+                assert move == STOP
+                self.stats["error"] = f"POST /gradients answered {status}: {reply.get('error', '')}"
+                break
+        return self.stats
+
+
+# ---------------------------------------------------------------------------
+# The default run's pool: worker processes reused across the compression modes
+# ---------------------------------------------------------------------------
+
+def worker_pool_loop(stdin, stdout):
+    """One worker process of the pool: one JSON job per input line, one JSON result per job.
+
+    Keeping the processes across the three compression modes saves starting twelve
+    Python + torch processes; each job is exactly `Worker(...).run()`.
+    """
+    torch.set_num_threads(1)
+    train_tokens, _ = load_world_tokens()
+    print(json.dumps({"ready": True}), file=stdout, flush=True)
+    for line in stdin:
+        job = json.loads(line)
+        worker = Worker(job["url"], WorkerConfig(**job["config"]), train_tokens)
+        try:
+            stats = worker.run()
+        except Exception as error:   # reported to the parent, which stops with this message
+            stats = dict(worker.stats, error=f"{type(error).__name__}: {error}")
+        print(json.dumps(stats), file=stdout, flush=True)
+
+
+def read_result(process):
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"worker process {process.pid} exited (status {process.poll()}) without a result")
+    return json.loads(line)
+
+
+def start_worker_pool(command, n_workers):
+    """Launch n_workers processes running `command` (the script with --worker-pool).
+
+    Ctrl-C reaches the whole process group, but only this process should answer it (one
+    line, then it stops the pool); a child would print a traceback. SIGINT is ignored
+    while the children are spawned, and an ignored signal stays ignored across exec."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for _ in range(n_workers)]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def wait_until_ready(pool):
+    for process in pool:
+        if not read_result(process).get("ready"):
+            raise RuntimeError(f"worker process {process.pid} failed to start")
+
+
+def stop_worker_pool(pool, at_once=False):
+    """End the worker processes: after a finished run, close their stdin and let them exit;
+    at_once (Ctrl-C or an error), terminate them. Only our own children, by handle."""
+    for process in pool:
+        if at_once and process.poll() is None:
+            process.terminate()
+        if process.stdin and not process.stdin.closed:
+            try:
+                process.stdin.close()
+            except OSError:   # the pipe of a terminated child
+                pass
+    for process in pool:
+        try:
+            process.wait(timeout=5 if at_once else 30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
