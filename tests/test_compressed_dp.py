@@ -8,6 +8,7 @@ import torch
 
 from lecture09 import compressed_dp as cdp
 from lecture01 import tiny_gpt
+from lecture09.lecture_model import MODEL_CONFIG
 
 
 def _grads(model):
@@ -23,11 +24,12 @@ def test_four_uncompressed_workers_equal_one_process():
     """Reference: averaging four workers' gradients (8 sequences each) gives the gradient of
     the whole batch of 32 computed in one process."""
     x, y = _batch(32)
-    single = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
+    single = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
     tiny_gpt.plain_backward(bf16=False)(single, x, y)
-    workers = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
+    workers = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
     stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    cdp.compressed_backward(4, "none", False, 0.01, stats)(workers, x, y)
+    aggregator = cdp.WorkerCompression("none", 4, False, cdp.TrainSetup().options)
+    cdp.compressed_backward(aggregator, 4, stats)(workers, x, y)
     assert torch.allclose(_grads(single), _grads(workers), atol=1e-6, rtol=1e-4)
     assert stats["wire_bytes"] == 4 * workers.n_params()
     assert stats["entries"] == 0                       # zeros are counted only when asked
@@ -35,9 +37,10 @@ def test_four_uncompressed_workers_equal_one_process():
 
 def test_topk_workers_send_only_their_largest_entries():
     x, y = _batch(8)
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
+    model = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
     stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    cdp.compressed_backward(2, "topk", False, 0.01, stats, count_zeros=True)(model, x, y)
+    aggregator = cdp.WorkerCompression("topk", 2, False, cdp.TrainSetup().options)
+    cdp.compressed_backward(aggregator, 2, stats, count_zeros=True)(model, x, y)
     n = model.n_params()
     k = int(0.01 * n)
     assert stats["wire_bytes"] == 8 * k
@@ -46,7 +49,7 @@ def test_topk_workers_send_only_their_largest_entries():
 
 
 def test_a_diverging_run_stops_and_says_so():
-    setup = cdp.TrainSetup(steps=40, sgd_lr=1e4)       # far too large: the loss overflows
+    setup = cdp.TrainSetup(sgd_lr=1e4).with_steps(40)       # far too large: the loss overflows
     result = cdp.train_run(cdp.Run("sgd", "sgd", "none"), cdp.Seeds(), setup)
     assert result.diverged and math.isnan(result.bpc)
     assert result.steps_done < setup.steps

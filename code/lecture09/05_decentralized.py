@@ -612,8 +612,8 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     seeds = seed_list(setup)
     t = setup.train
     print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
-                 f"batch {t.batch_size} = {t.n_workers} × {t.batch_size // t.n_workers}）")
-    out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, 0).n_params():,} 个参数）；"
+                 f"batch {t.recipe.batch_size} = {t.n_workers} × {t.recipe.batch_size // t.n_workers}）")
+    out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
         f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
     out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
         f"验证集 bits/字符越低越好")
@@ -624,7 +624,7 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     header = (pad("压缩方式", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
               + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">"))
     summaries = {}
-    for title, runs in ((f"(a) AdamW（lr {t.adamw_lr:g}）+ 聚合后全局裁剪到 {t.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
+    for title, runs in ((f"(a) AdamW（lr {t.recipe.peak_lr:g}）+ 聚合后全局裁剪到 {t.recipe.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
                         (f"(b) {sgd_name(t)}，不裁剪（误差反馈的经典设定）", TABLE_B)):
         out(f"\n{title}")
         out(header)
@@ -730,7 +730,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
     out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
         f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(gains(sign, sign_ef))}。")
     out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
-        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.clip_norm:g}）和 Adam 的归一化，"
+        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，"
         "不再是'晚一点发出去'那么简单。")
     out(" 4. 这正是 1-bit Adam（Tang et al. 2021）的出发点：误差反馈对 SGD 这类线性的优化器有效，"
         "对 Adam 这种非线性的优化器不能直接用。他们先用普通 Adam 热身，等方差项稳定后冻结它，再对动量做 1 bit 压缩"
@@ -809,7 +809,7 @@ def parse_args(argv=None):
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
     t = TrainSetup()
-    train = replace(t, steps=QUICK_STEPS if args.quick else args.steps, topk_ratio=args.topk_ratio,
+    train = replace(t.with_steps(QUICK_STEPS if args.quick else args.steps), topk_ratio=args.topk_ratio,
                     sgd_lr=args.sgd_lr, sgd_momentum=args.sgd_momentum,
                     precision=precision_from_args(args))
     compression = CompressionSetup(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds,
