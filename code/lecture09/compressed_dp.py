@@ -27,6 +27,7 @@ import torch
 from lecture01 import tiny_gpt
 from lecture09.compression import SCHEMES, Options, Residuals, parts_bytes
 from lecture09.lecture_model import MODEL_CONFIG
+from lecture09.powersgd import PowerSGD
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -54,11 +55,13 @@ class Run:
     optimizer: str        # OPTIMIZERS: "adamw" (lecture 1's recipe, clipped) or "sgd" (momentum, no clipping)
     scheme: str           # compression_schemes.SCHEMES or COLLECTIVE_SCHEMES
     error_feedback: bool = False
+    param: int = None     # a collective scheme's knob: PowerSGD's rank
 
     @property
     def key(self):
         """How observations find a row: never by its position in a table."""
-        return (self.optimizer, self.scheme, self.error_feedback)
+        base = (self.optimizer, self.scheme, self.error_feedback)
+        return base if self.param is None else base + (self.param,)
 
     @property
     def baseline_key(self):
@@ -78,6 +81,7 @@ class TrainSetup:
                                       # hurt top-k (lr 0.1) or the run without it was unstable (lr 0.3): notes §7.7
     topk_ratio: float = 0.01
     block_size: int = Options.block_size   # int8-block: entries per scale
+    onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
 
@@ -113,9 +117,8 @@ class Diverged(Exception):
 # Rows whose fraction of entries rounded to zero is counted and printed.
 ZERO_COUNTED = ("int8", "int8-block")
 # Schemes that are a collective of their own rather than one encode per worker:
-# name -> class(setup, error_feedback) with .average(grads, shapes). Filled by the
-# modules that define them (powersgd.py), so this engine needs no change to run them.
-COLLECTIVE_SCHEMES = {}
+# name -> make(run, setup), an object with .average(grads, shapes) like WorkerCompression's.
+COLLECTIVE_SCHEMES = {"powersgd": lambda run, setup: PowerSGD(rank=run.param, error_feedback=run.error_feedback)}
 
 _WORLD_CACHE = {}
 
@@ -161,8 +164,25 @@ def make_aggregator(run, setup):
     """What the workers' gradients go through for this row: a collective scheme of its own
     (COLLECTIVE_SCHEMES, e.g. PowerSGD) or the registry's per-worker schemes."""
     if run.scheme in COLLECTIVE_SCHEMES:
-        return COLLECTIVE_SCHEMES[run.scheme](setup, run.error_feedback)
+        return COLLECTIVE_SCHEMES[run.scheme](run, setup)
     return WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
+
+
+def worker_gradients(model, x, y, n_workers, bf16=False):
+    """([one (n,) flat gradient per worker], sum of their losses): the batch x, y (B, T)
+    split into n_workers equal slices, one backward each."""
+    params = list(model.parameters())
+    per_worker = x.size(0) // n_workers
+    grads, loss_sum = [], 0.0
+    for w in range(n_workers):
+        xs, ys = x[w * per_worker:(w + 1) * per_worker], y[w * per_worker:(w + 1) * per_worker]  # (b, T)
+        for p in params:
+            p.grad = None
+        loss = tiny_gpt.lm_loss(model, xs, ys, bf16=bf16)
+        loss.backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in params]))    # (n,) this worker's gradient
+        loss_sum += loss.item()
+    return grads, loss_sum
 
 
 def compressed_backward(aggregator, n_workers, stats, bf16=False, count_zeros=False):
@@ -178,16 +198,7 @@ def compressed_backward(aggregator, n_workers, stats, bf16=False, count_zeros=Fa
     def backward(model, x, y):
         params = list(model.parameters())
         shapes = [p.shape for p in params]
-        per_worker = x.size(0) // n_workers
-        grads, loss_sum = [], 0.0
-        for w in range(n_workers):
-            xs, ys = x[w * per_worker:(w + 1) * per_worker], y[w * per_worker:(w + 1) * per_worker]  # (b, T)
-            for p in params:
-                p.grad = None
-            loss = tiny_gpt.lm_loss(model, xs, ys, bf16=bf16)
-            loss.backward()
-            grads.append(torch.cat([p.grad.reshape(-1) for p in params]))    # (n,) this worker's gradient
-            loss_sum += loss.item()
+        grads, loss_sum = worker_gradients(model, x, y, n_workers, bf16)
         average, stats["wire_bytes"], sent = aggregator.average(grads, shapes)   # (n,)
         if count_zeros and sent is not None:
             for grad, decoded in zip(grads, sent):
@@ -227,8 +238,19 @@ def finish_run(run, seeds, model, val_data, started, diverged, wire_bytes, steps
                      seconds=time.perf_counter() - started, losses=tuple(losses))
 
 
+def _variant(name):
+    """Training loops of their own (the optimizer itself talks less): Run.optimizer -> train."""
+    from lecture09 import local_sgd, onebit_adam
+    return {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=True),
+            "adamw-frozen-v": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False),
+            "diloco": local_sgd.train}.get(name)
+
+
 def train_run(run, seeds, setup):
     """Train setup.model from scratch with compressed worker gradients; a RunResult."""
+    variant = _variant(run.optimizer)
+    if variant is not None:
+        return variant(run, seeds, setup)
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()
     train_data, val_data = world_tokens(setup.world_seed)
