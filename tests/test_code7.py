@@ -91,6 +91,7 @@ def test_flag_defaults_agree_with_the_toolkit():
     t, seeds = TrainSetup(), Seeds()
     d = code7.DEFAULTS
     assert (d["steps"], d["block_size"], d["onebit_warmup"]) == (t.steps, t.block_size, t.onebit_warmup)
+    assert (d["outer_lr"], d["outer_momentum"]) == (t.outer_lr, t.outer_momentum)
     assert (d["model_seed"], d["data_seed"]) == (seeds.model, seeds.data)
 
 

@@ -81,6 +81,8 @@ class TrainSetup:
                                       # hurt top-k (lr 0.1) or the run without it was unstable (lr 0.3): notes §7.7
     topk_ratio: float = 0.01
     block_size: int = Options.block_size   # int8-block: entries per scale
+    outer_lr: float = 0.7             # DiLoCo's outer SGD (OpenDiLoCo's values)
+    outer_momentum: float = 0.9       # Nesterov; 0 = no momentum (then outer lr 1 is plain model averaging)
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
@@ -190,7 +192,7 @@ def compressed_backward(aggregator, n_workers, stats, bf16=False, count_zeros=Fa
     workers; each computes its gradient; the aggregator compresses and averages them;
     p.grad becomes that average.
 
-    stats["wire_bytes"] gets one worker's bytes per step; with count_zeros, stats also
+    stats["wire_bytes"] adds up one worker's bytes of every step; with count_zeros, stats also
     counts entries that arrived as exact zeros though the gradient was not zero (int8
     rounds small entries to zero), which costs ~1 ms a step, so only rows that print it
     ask. A non-finite loss raises Diverged: nothing after it would mean anything."""
@@ -199,7 +201,9 @@ def compressed_backward(aggregator, n_workers, stats, bf16=False, count_zeros=Fa
         params = list(model.parameters())
         shapes = [p.shape for p in params]
         grads, loss_sum = worker_gradients(model, x, y, n_workers, bf16)
-        average, stats["wire_bytes"], sent = aggregator.average(grads, shapes)   # (n,)
+        average, wire_bytes, sent = aggregator.average(grads, shapes)   # (n,)
+        stats["wire_bytes"] += wire_bytes
+        stats["sends"] += 1
         if count_zeros and sent is not None:
             for grad, decoded in zip(grads, sent):
                 stats["zeros"] += int((decoded == 0).sum()) - int((grad == 0).sum())
@@ -256,7 +260,7 @@ def train_run(run, seeds, setup):
     train_data, val_data = world_tokens(setup.world_seed)
     model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     config, optimizer = make_optimizer(run, setup, model, seeds)
-    stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
+    stats = {"wire_bytes": 0, "sends": 0, "zeros": 0, "entries": 0}
     backward = compressed_backward(make_aggregator(run, setup), setup.n_workers, stats,
                                    bf16=setup.precision == "bf16", count_zeros=run.scheme in ZERO_COUNTED)
     losses = []
@@ -266,8 +270,9 @@ def train_run(run, seeds, setup):
         diverged = False
     except Diverged:
         diverged = True
-    return finish_run(run, seeds, model, val_data, started, diverged, stats["wire_bytes"], len(losses),
-                      stats["zeros"], stats["entries"], losses)
+    # bytes per step averaged over the steps done (PowerSGD's first steps are uncompressed)
+    return finish_run(run, seeds, model, val_data, started, diverged, stats["wire_bytes"] / max(1, stats["sends"]),
+                      len(losses), stats["zeros"], stats["entries"], losses)
 
 
 def _train_job(job):

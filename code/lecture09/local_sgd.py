@@ -6,7 +6,9 @@ recipe, clipping its own gradient) and takes H inner steps on its own slice of e
 batch. Then the workers send their pseudo-gradient, the parameter change
 Δ_w = θ_global − θ_w, optionally compressed by a scheme of the registry (INTELLECT-1 sent
 int8); the average is the gradient of one outer step, SGD with Nesterov momentum
-(OpenDiLoCo: lr 0.7, momentum 0.9); every worker restarts from the new θ_global.
+(OpenDiLoCo: lr 0.7, momentum 0.9; compressed_dp.TrainSetup.outer_lr / outer_momentum);
+every worker restarts from the new θ_global. With outer lr 1 and no momentum it is plain
+local SGD: θ_global becomes the average of the workers' parameters.
 
 Bytes per step = bytes of one encoded pseudo-gradient × syncs / steps (a last, shorter
 round syncs at the end when H does not divide the steps).
@@ -19,10 +21,6 @@ import torch
 
 from lecture09.compression import SCHEMES, Residuals, parts_bytes
 
-OUTER_LR = 0.7
-OUTER_MOMENTUM = 0.9
-
-
 def train(run, seeds, setup):
     """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
     from lecture09 import compressed_dp as cdp
@@ -34,7 +32,8 @@ def train(run, seeds, setup):
     inner_steps, r, n_workers = run.param, setup.recipe, setup.n_workers
     global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     global_params = list(global_model.parameters())
-    outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=True)
+    outer = torch.optim.SGD(global_params, lr=setup.outer_lr, momentum=setup.outer_momentum,
+                            nesterov=setup.outer_momentum > 0)   # OpenDiLoCo: 0.7, 0.9, Nesterov
     workers = [copy.deepcopy(global_model) for _ in range(n_workers)]
     inner = [tiny_gpt.make_adamw(w, r) for w in workers]
     scheme, options = SCHEMES[run.scheme], setup.options
