@@ -101,7 +101,9 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
                  f"前向 {t.precision}）")
     out(f"Δ = 这一行 − 同样种子、每步通信的 AdamW（配对差）；|Δ| ≤ {cdp.DELTA_TOLERANCE_BPC:g} 算差不多。"
         "字节/数 = 每个工作者平均每步每个参数发出的字节，从编码后的张量量出来；"
-        f"1-bit Adam 前 {t.onebit_warmup:.0%} 步发 fp32，算在平均里")
+        f"1-bit Adam 前 {t.onebit_warmup:.0%} 步发 fp32，算在平均里；"
+        f"DiLoCo 的外层 SGD：lr {t.outer_lr:g}、"
+        + (f"Nesterov 动量 {t.outer_momentum:g}" if t.outer_momentum else "不用动量"))
     widths = (36, 8, 8, 24 if n_seeds > 1 else 10, 24 if n_seeds > 1 else 9, 10)
     out(pad("做法", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
         + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">") + pad("舍入成0", widths[5], ">"))
@@ -151,7 +153,7 @@ def _code5():
 
 
 def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
-    """{key: (dp_s, total_s)} per row, the data center's total, and demo 1's settings.
+    """{key: (dp_s, total_s, pp_s)} per row, the data center's total, compute s, demo 1's settings.
 
     The 1.3B model's data-parallel exchange with `bytes_per_param` instead of demo 1's
     fp16 (2 bytes), on demo 1's proven-optimal layout (found for fp16 traffic); a row that
@@ -171,7 +173,7 @@ def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
         stage_bytes = s.n_params * bytes_per_param * h / s.n_stages    # one exchange carries H steps' worth
         c = dist_sim.iteration_cost(optimum.assignment, geo, s.n_stages, s.n_replicas, stage_bytes, s.act_bytes)
         dp_s = c["dp"] / h
-        costs[key] = (dp_s, compute_s + c["pp"] + dp_s)
+        costs[key] = (dp_s, compute_s + c["pp"] + dp_s, c["pp"])
     return costs, dc_total, compute_s, s
 
 
@@ -182,18 +184,19 @@ def print_table_d(table, out=print_wrapped):
     print_header(f"表 (d)：用在演示 1 的 {s.n_params / 1e9:.1f}B 模型上（{s.n_gpus} 张卡，演示 1 的最优分配）")
     out(f"每次迭代 = 计算 {compute_s:.1f} 秒 + 流水线通信 + 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
         f"即 2 字节/参数）。对照：数据中心、fp16、{dc_total:.1f} 秒/迭代")
-    widths = (36, 9, 11, 11, 8, 10)
+    widths = (36, 9, 11, 9, 11, 8, 10)
     out(pad("做法", widths[0]) + pad("字节/参数", widths[1], ">") + pad("数据并行 s", widths[2], ">")
-        + pad("每次迭代 s", widths[3], ">") + pad("÷ 机房", widths[4], ">") + pad("bits/字符", widths[5], ">"))
+        + pad("流水线 s", widths[3], ">") + pad("每次迭代 s", widths[4], ">") + pad("÷ 机房", widths[5], ">")
+        + pad("bits/字符", widths[6], ">"))
     out("-" * sum(widths))
     for key in keys:
         row, results, _ = table[key]
-        dp_s, total_s = costs[key]
+        dp_s, total_s, pp_s = costs[key]
         bpc = [r.bpc for r in results if math.isfinite(r.bpc)]
         out(pad(row.label, widths[0]) + pad(f"{bytes_by_key[key]:.3f}", widths[1], ">")
-            + pad(f"{dp_s:.2f}", widths[2], ">") + pad(f"{total_s:.2f}", widths[3], ">")
-            + pad(f"{total_s / dc_total:.2f}×", widths[4], ">")
-            + pad(f"{sum(bpc) / len(bpc):.4f}" if bpc else "发散", widths[5], ">"))
+            + pad(f"{dp_s:.2f}", widths[2], ">") + pad(f"{pp_s:.2f}", widths[3], ">")
+            + pad(f"{total_s:.2f}", widths[4], ">") + pad(f"{total_s / dc_total:.2f}×", widths[5], ">")
+            + pad(f"{sum(bpc) / len(bpc):.4f}" if bpc else "发散", widths[6], ">"))
     return costs, dc_total
 
 
