@@ -159,6 +159,7 @@ QUICK_OVERRIDES = {"steps": "steps", "random_layouts": "n_random", "restarts": "
 # written out so that --help needs no torch (tests/test_decentralized.py checks they agree).
 DEMO2_DEFAULTS = dict(steps=300, topk_ratio=0.01, sgd_lr=0.3, sgd_momentum=0.0, model_seed=0, data_seed=1,
                       seeds=1, jobs=2)
+BACKENDS = ("sim", "gloo")       # demo 2's engine: compressed_dp's simulation, or real ranks (gloo_dp.py)
 # Flag ranges: wide enough for any real network and job, narrow enough that the
 # picosecond arithmetic of dist_sim stays exact (int64) and the searches finish.
 GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
@@ -783,6 +784,9 @@ def parse_args(argv=None):
                     help="每一行训练几组种子，打印平均和范围；第 k 组是 (模型+k, 数据+k) "
                          "(seed pairs per row, default %(default)s)")
     g2.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
+    g2.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+                    help="sim: 在一个进程里模拟工作者；gloo: 每个工作者一个真的 torch.distributed 进程（DDP + 通信钩子，"
+                         "慢得多，--jobs 不再起作用）(default %(default)s)")
     add_precision_arguments(g2)
     args = p.parse_args(argv)
     for name in ("inter_gbps", "inter_latency_ms"):
@@ -811,7 +815,7 @@ def parse_args(argv=None):
     t = TrainSetup()
     train = replace(t.with_steps(QUICK_STEPS if args.quick else args.steps), topk_ratio=args.topk_ratio,
                     sgd_lr=args.sgd_lr, sgd_momentum=args.sgd_momentum,
-                    precision=precision_from_args(args))
+                    precision=precision_from_args(args), backend=args.backend)
     compression = CompressionSetup(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds,
                                    precision_choice="fp32" if args.fp32 else args.precision, jobs=args.jobs)
     return args, schedule, compression

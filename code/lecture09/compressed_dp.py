@@ -86,6 +86,7 @@ class TrainSetup:
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
+    backend: str = "sim"              # "sim": workers simulated in one process; "gloo": real ranks (gloo_dp.py)
 
     @property
     def steps(self):
@@ -252,6 +253,9 @@ def _variant(name):
 
 def train_run(run, seeds, setup):
     """Train setup.model from scratch with compressed worker gradients; a RunResult."""
+    if setup.backend == "gloo":
+        from lecture09 import gloo_dp
+        return gloo_dp.train_run(run, seeds, setup)
     variant = _variant(run.optimizer)
     if variant is not None:
         return variant(run, seeds, setup)
@@ -287,7 +291,8 @@ def start_training(jobs, n_processes):
     one torch thread); the results do not depend on n_processes. Returns (pool, iterator);
     the caller terminates the pool (None when training in this process)."""
     jobs = list(jobs)
-    if n_processes <= 1 or len(jobs) <= 1:
+    # gloo ranks are processes of their own, which a pool's (daemonic) worker may not start
+    if n_processes <= 1 or len(jobs) <= 1 or any(setup.backend == "gloo" for _, _, setup in jobs):
         return None, map(_train_job, jobs)
     # Ctrl-C reaches the whole process group, but only the parent should answer it (one
     # line, then it terminates the pool); a child would print a traceback. An ignored
