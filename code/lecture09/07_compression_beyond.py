@@ -65,7 +65,7 @@ def build_rows(settings):
     rows += [Row(Run(f"PowerSGD r{r}", "adamw", "powersgd", True, r), f"PowerSGD 秩 rank {r}，误差反馈")
              for r in settings.powersgd_ranks]
     rows += [Row(Run("adamw-frozen-v", "adamw-frozen-v", "none"), "AdamW 冻结方差，不压缩"),
-             Row(Run("1-bit Adam", "onebit-adam", "sign-l2"), "1-bit Adam（冻结方差 + 1 bit 动量）")]
+             Row(Run("1-bit Adam", "onebit-adam", "sign-l2"), "1-bit Adam，冻结 v，1 bit 动量")]
     rows += [Row(Run(f"DiLoCo H{h}", "diloco", "none", param=h), f"DiLoCo，每 {h} 步通信一次", h)
              for h in settings.diloco_h]
     h = settings.diloco_compressed_h
@@ -104,8 +104,10 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
         f"1-bit Adam 前 {t.onebit_warmup:.0%} 步发 fp32，算在平均里；"
         f"DiLoCo 的外层 SGD：lr {t.outer_lr:g}、"
         + (f"Nesterov 动量 {t.outer_momentum:g}" if t.outer_momentum else "不用动量"))
-    widths = (36, 8, 8, 24 if n_seeds > 1 else 10, 24 if n_seeds > 1 else 9, 10)
-    out(pad("做法", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
+    # one seed: every column; several: the ranges need the room of the ÷ fp32 column (100 columns)
+    widths = (31, 8, 8 if n_seeds == 1 else 0, 24 if n_seeds > 1 else 10, 28 if n_seeds > 1 else 9, 9)
+    ratio_head = pad("÷ fp32", widths[2], ">") if widths[2] else ""
+    out(pad("做法", widths[0]) + pad("字节/数", widths[1], ">") + ratio_head
         + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">") + pad("舍入成0", widths[5], ">"))
     out("-" * sum(widths))
     table, base = {}, None
@@ -130,7 +132,8 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
             delta_text = _signed(d.mean) + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）")
         zeros = (f"{sum(r.zeroed_fraction for r in results) / n_seeds:.1%}"
                  if row.run.scheme in cdp.ZERO_COUNTED and row.run.optimizer == "adamw" else "")
-        out(pad(row.label, widths[0]) + pad(f"{bpe:.3f}", widths[1], ">") + pad(f"{bpe / 4:.4f}", widths[2], ">")
+        ratio_cell = pad(f"{bpe / 4:.4f}", widths[2], ">") if widths[2] else ""
+        out(pad(row.label, widths[0]) + pad(f"{bpe:.3f}", widths[1], ">") + ratio_cell
             + pad(bpc_text, widths[3], ">") + pad(delta_text, widths[4], ">") + pad(zeros, widths[5], ">"))
         sys.stdout.flush()
         print(f"    （已用 elapsed {time.perf_counter() - started:.0f} 秒）", file=sys.stderr)
@@ -184,7 +187,7 @@ def print_table_d(table, out=print_wrapped):
     print_header(f"表 (d)：用在演示 1 的 {s.n_params / 1e9:.1f}B 模型上（{s.n_gpus} 张卡，演示 1 的最优分配）")
     out(f"每次迭代 = 计算 {compute_s:.1f} 秒 + 流水线通信 + 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
         f"即 2 字节/参数）。对照：数据中心、fp16、{dc_total:.1f} 秒/迭代")
-    widths = (36, 9, 11, 9, 11, 8, 10)
+    widths = (31, 10, 11, 9, 11, 8, 10)
     out(pad("做法", widths[0]) + pad("字节/参数", widths[1], ">") + pad("数据并行 s", widths[2], ">")
         + pad("流水线 s", widths[3], ">") + pad("每次迭代 s", widths[4], ">") + pad("÷ 机房", widths[5], ">")
         + pad("bits/字符", widths[6], ">"))
