@@ -15,7 +15,7 @@ and what each buys on demo 1's slow network.
 对应讲义 (notes): lectures/lecture09_distributed_training.md §7.12–§7.16
 
 运行 (run):
-    python3 code/lecture09/07_compression_beyond.py              # 11 个模型，各 300 步（2 核约 1–1.5 分钟）
+    python3 code/lecture09/07_compression_beyond.py              # 11 个模型，各 300 步（2 核约 1–2 分钟）
     python3 code/lecture09/07_compression_beyond.py --seeds 3    # 每行 3 组种子：平均和范围
     python3 code/lecture09/07_compression_beyond.py --powersgd-ranks 1 2 4 --diloco-h 10 50
     python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，几秒钟（测试用）
