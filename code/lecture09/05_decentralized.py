@@ -781,7 +781,7 @@ def parse_args(argv=None):
     g2.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
                     help="数据顺序的种子 data order seed (default %(default)s)")
     g2.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=d["seeds"],
-                    help="每一行训练几组种子，打印平均和范围；第 k 组是 (模型+k, 数据+k) "
+                    help="每行训练几组种子，打印平均和范围；第 k 组 = (模型+k, 数据+k) "
                          "(seed pairs per row, default %(default)s)")
     g2.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
     g2.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
