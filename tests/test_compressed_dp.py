@@ -8,6 +8,7 @@ import torch
 
 from lecture09 import compressed_dp as cdp
 from lecture01 import tiny_gpt
+from lecture09.lecture_model import MODEL_CONFIG
 
 
 def _grads(model):
@@ -23,11 +24,12 @@ def test_four_uncompressed_workers_equal_one_process():
     """Reference: averaging four workers' gradients (8 sequences each) gives the gradient of
     the whole batch of 32 computed in one process."""
     x, y = _batch(32)
-    single = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
+    single = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
     tiny_gpt.plain_backward(bf16=False)(single, x, y)
-    workers = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
-    stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    cdp.compressed_backward(4, "none", False, 0.01, stats)(workers, x, y)
+    workers = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
+    stats = {"wire_bytes": 0, "sends": 0, "zeros": 0, "entries": 0}
+    aggregator = cdp.WorkerCompression("none", 4, False, cdp.TrainSetup().options)
+    cdp.compressed_backward(aggregator, 4, stats)(workers, x, y)
     assert torch.allclose(_grads(single), _grads(workers), atol=1e-6, rtol=1e-4)
     assert stats["wire_bytes"] == 4 * workers.n_params()
     assert stats["entries"] == 0                       # zeros are counted only when asked
@@ -35,9 +37,10 @@ def test_four_uncompressed_workers_equal_one_process():
 
 def test_topk_workers_send_only_their_largest_entries():
     x, y = _batch(8)
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=0)
-    stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    cdp.compressed_backward(2, "topk", False, 0.01, stats, count_zeros=True)(model, x, y)
+    model = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
+    stats = {"wire_bytes": 0, "sends": 0, "zeros": 0, "entries": 0}
+    aggregator = cdp.WorkerCompression("topk", 2, False, cdp.TrainSetup().options)
+    cdp.compressed_backward(aggregator, 2, stats, count_zeros=True)(model, x, y)
     n = model.n_params()
     k = int(0.01 * n)
     assert stats["wire_bytes"] == 8 * k
@@ -46,7 +49,7 @@ def test_topk_workers_send_only_their_largest_entries():
 
 
 def test_a_diverging_run_stops_and_says_so():
-    setup = cdp.TrainSetup(steps=40, sgd_lr=1e4)       # far too large: the loss overflows
+    setup = cdp.TrainSetup(sgd_lr=1e4).with_steps(40)       # far too large: the loss overflows
     result = cdp.train_run(cdp.Run("sgd", "sgd", "none"), cdp.Seeds(), setup)
     assert result.diverged and math.isnan(result.bpc)
     assert result.steps_done < setup.steps
@@ -84,3 +87,50 @@ def test_spread_ignores_diverged_runs_but_counts_them():
 
 def test_seed_sweeps_move_both_seeds():
     assert [cdp.Seeds(0, 1).shifted(k) for k in range(3)] == [cdp.Seeds(0, 1), cdp.Seeds(1, 2), cdp.Seeds(2, 3)]
+
+
+def test_diloco_with_outer_lr_one_and_no_momentum_is_model_averaging(monkeypatch):
+    """Local SGD as the reference: after each round θ_global is the mean of the workers'
+    parameters, i.e. training H = steps once equals averaging four independent AdamW runs."""
+    from lecture09 import local_sgd
+    captured = {}
+    real_finish = cdp.finish_run
+
+    def finish(run, seeds, model, *rest, **kw):
+        captured["theta"] = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+        return real_finish(run, seeds, model, *rest, **kw)
+
+    monkeypatch.setattr(cdp, "finish_run", finish)
+    setup = cdp.replace(cdp.TrainSetup(outer_lr=1.0, outer_momentum=0.0), n_workers=2).with_steps(3)
+    result = local_sgd.train(cdp.Run("d", "diloco", "none", param=3), cdp.Seeds(), setup)
+    assert result.bytes_per_element == pytest.approx(4.0 / 3)        # one fp32 pseudo-gradient in 3 steps
+    # the same two workers trained on their own, then averaged
+    train_data, _ = cdp.world_tokens(0)
+    models = [tiny_gpt.make_model(MODEL_CONFIG, seed=0) for _ in range(2)]
+    opts = [tiny_gpt.make_adamw(m, setup.recipe) for m in models]
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        lr = tiny_gpt.lr_at(step, 3, setup.recipe.peak_lr)
+        x, y = tiny_gpt.get_batch(train_data, setup.recipe.batch_size, MODEL_CONFIG.block_size, gen)
+        for w, (m, o) in enumerate(zip(models, opts)):
+            for g in o.param_groups:
+                g["lr"] = lr
+            o.zero_grad(set_to_none=True)
+            tiny_gpt.lm_loss(m, x[w * 16:(w + 1) * 16], y[w * 16:(w + 1) * 16]).backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), setup.recipe.clip_norm)
+            o.step()
+    average = sum(torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in models) / 2
+    assert torch.allclose(captured["theta"], average, atol=1e-6)
+
+
+def test_powersgd_runs_through_the_engine_and_counts_its_bytes():
+    setup = cdp.TrainSetup().with_steps(3)
+    result = cdp.train_run(cdp.Run("p", "adamw", "powersgd", True, 1), cdp.Seeds(), setup)
+    model = tiny_gpt.make_model(MODEL_CONFIG, 0)
+    from lecture09.powersgd import should_compress
+    per_step = 0
+    for p in model.parameters():
+        rows, cols = p.shape[0], p.numel() // p.shape[0]
+        per_step += (rows + cols) * 1 * 4 if should_compress(rows, cols, 1) else 4 * p.numel()
+    # two plain steps (the hook's start), then PowerSGD; bytes averaged over the run
+    assert result.bytes_per_element * model.n_params() == pytest.approx((2 * 4 * model.n_params() + per_step) / 3)

@@ -159,6 +159,7 @@ QUICK_OVERRIDES = {"steps": "steps", "random_layouts": "n_random", "restarts": "
 # written out so that --help needs no torch (tests/test_decentralized.py checks they agree).
 DEMO2_DEFAULTS = dict(steps=300, topk_ratio=0.01, sgd_lr=0.3, sgd_momentum=0.0, model_seed=0, data_seed=1,
                       seeds=1, jobs=2)
+BACKENDS = ("sim", "gloo")       # demo 2's engine: compressed_dp's simulation, or real ranks (gloo_dp.py)
 # Flag ranges: wide enough for any real network and job, narrow enough that the
 # picosecond arithmetic of dist_sim stays exact (int64) and the searches finish.
 GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
@@ -612,8 +613,8 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     seeds = seed_list(setup)
     t = setup.train
     print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
-                 f"batch {t.batch_size} = {t.n_workers} × {t.batch_size // t.n_workers}）")
-    out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, 0).n_params():,} 个参数）；"
+                 f"batch {t.recipe.batch_size} = {t.n_workers} × {t.recipe.batch_size // t.n_workers}）")
+    out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
         f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
     out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
         f"验证集 bits/字符越低越好")
@@ -624,7 +625,7 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     header = (pad("压缩方式", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
               + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">"))
     summaries = {}
-    for title, runs in ((f"(a) AdamW（lr {t.adamw_lr:g}）+ 聚合后全局裁剪到 {t.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
+    for title, runs in ((f"(a) AdamW（lr {t.recipe.peak_lr:g}）+ 聚合后全局裁剪到 {t.recipe.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
                         (f"(b) {sgd_name(t)}，不裁剪（误差反馈的经典设定）", TABLE_B)):
         out(f"\n{title}")
         out(header)
@@ -730,7 +731,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
     out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
         f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(gains(sign, sign_ef))}。")
     out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
-        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.clip_norm:g}）和 Adam 的归一化，"
+        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，"
         "不再是'晚一点发出去'那么简单。")
     out(" 4. 这正是 1-bit Adam（Tang et al. 2021）的出发点：误差反馈对 SGD 这类线性的优化器有效，"
         "对 Adam 这种非线性的优化器不能直接用。他们先用普通 Adam 热身，等方差项稳定后冻结它，再对动量做 1 bit 压缩"
@@ -780,9 +781,12 @@ def parse_args(argv=None):
     g2.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
                     help="数据顺序的种子 data order seed (default %(default)s)")
     g2.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=d["seeds"],
-                    help="每一行训练几组种子，打印平均和范围；第 k 组是 (模型+k, 数据+k) "
+                    help="每行训练几组种子，打印平均和范围；第 k 组 = (模型+k, 数据+k) "
                          "(seed pairs per row, default %(default)s)")
     g2.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
+    g2.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+                    help="sim: 在一个进程里模拟工作者；gloo: 每个工作者一个真的 torch.distributed 进程（DDP + 通信钩子，"
+                         "慢得多，--jobs 不再起作用）(default %(default)s)")
     add_precision_arguments(g2)
     args = p.parse_args(argv)
     for name in ("inter_gbps", "inter_latency_ms"):
@@ -809,9 +813,9 @@ def parse_args(argv=None):
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
     t = TrainSetup()
-    train = replace(t, steps=QUICK_STEPS if args.quick else args.steps, topk_ratio=args.topk_ratio,
+    train = replace(t.with_steps(QUICK_STEPS if args.quick else args.steps), topk_ratio=args.topk_ratio,
                     sgd_lr=args.sgd_lr, sgd_momentum=args.sgd_momentum,
-                    precision=precision_from_args(args))
+                    precision=precision_from_args(args), backend=args.backend)
     compression = CompressionSetup(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds,
                                    precision_choice="fp32" if args.fp32 else args.precision, jobs=args.jobs)
     return args, schedule, compression

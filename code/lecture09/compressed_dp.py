@@ -4,8 +4,8 @@ code 5's demo 2, and the paired comparisons that read its results.
 Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.6-§7.8).
 
 One training run (`train_run`) splits each batch across n simulated workers; each worker
-computes its own gradient, compresses it (compression.compress_vector, optionally with its
-own error-feedback memory) and "sends" it; the optimizer steps on the average of what
+computes its own gradient, compresses it (a scheme of compression_schemes.SCHEMES, optionally
+with its own error-feedback memory) and "sends" it; the optimizer steps on the average of what
 arrived. With scheme "none" that average is the gradient of the whole batch.
 
 A trained figure (bits per character) moves with the seed and with the CPU, so a row is
@@ -20,12 +20,14 @@ import multiprocessing
 import signal
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from lecture01 import tiny_gpt
-from lecture09.compression import ErrorFeedback, compress_vector
+from lecture09.compression import SCHEMES, Options, Residuals, parts_bytes
+from lecture09.lecture_model import MODEL_CONFIG
+from lecture09.powersgd import PowerSGD
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -51,13 +53,15 @@ class Run:
     """One row of demo 2: an optimizer, a compression scheme, error feedback or not."""
     label: str
     optimizer: str        # OPTIMIZERS: "adamw" (lecture 1's recipe, clipped) or "sgd" (momentum, no clipping)
-    scheme: str           # compression.SCHEMES
+    scheme: str           # compression_schemes.SCHEMES or COLLECTIVE_SCHEMES
     error_feedback: bool = False
+    param: int = None     # a collective scheme's knob: PowerSGD's rank
 
     @property
     def key(self):
         """How observations find a row: never by its position in a table."""
-        return (self.optimizer, self.scheme, self.error_feedback)
+        base = (self.optimizer, self.scheme, self.error_feedback)
+        return base if self.param is None else base + (self.param,)
 
     @property
     def baseline_key(self):
@@ -68,19 +72,32 @@ class Run:
 @dataclass(frozen=True)
 class TrainSetup:
     """Everything a run needs besides its row and its seeds."""
-    steps: int = 300
+    recipe: tiny_gpt.TrainConfig = tiny_gpt.TrainConfig()   # lecture 1's recipe: steps, global batch
+    #                                 (8 sequences per worker), AdamW lr / decay / betas, clipping after aggregation
+    model: tiny_gpt.GPTConfig = MODEL_CONFIG
     n_workers: int = 4
-    batch_size: int = 32              # global batch: 8 sequences per worker
-    adamw_lr: float = 3e-3            # lecture 1's recipe
-    weight_decay: float = 0.1
-    betas: tuple = (0.9, 0.95)
-    clip_norm: float = 1.0            # global clipping after aggregation
     sgd_lr: float = 0.3               # plain SGD: top-k without EF spread 0.03 over 5 seeds here; at 0.5, 0.67; 1.0 diverged
     sgd_momentum: float = 0.0         # no momentum: EF-SGD's setting. With momentum 0.9, error feedback
                                       # hurt top-k (lr 0.1) or the run without it was unstable (lr 0.3): notes §7.7
     topk_ratio: float = 0.01
+    block_size: int = Options.block_size   # int8-block: entries per scale
+    outer_lr: float = 0.7             # DiLoCo's outer SGD (OpenDiLoCo's values)
+    outer_momentum: float = 0.9       # Nesterov; 0 = no momentum (then outer lr 1 is plain model averaging)
+    onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
+    backend: str = "sim"              # "sim": workers simulated in one process; "gloo": real ranks (gloo_dp.py)
+
+    @property
+    def steps(self):
+        return self.recipe.steps
+
+    def with_steps(self, steps):
+        return replace(self, recipe=replace(self.recipe, steps=steps))
+
+    @property
+    def options(self):
+        return Options(topk_ratio=self.topk_ratio, block_size=self.block_size)
 
 
 @dataclass(frozen=True)
@@ -93,11 +110,18 @@ class RunResult:
     diverged: bool              # a training loss became NaN or infinite
     steps_done: int             # < setup.steps when training stopped at the divergence
     seconds: float
+    losses: tuple = ()          # training loss per step (the loss-curve chart)
 
 
 class Diverged(Exception):
     """Raised inside a training step when the loss stops being finite."""
 
+
+# Rows whose fraction of entries rounded to zero is counted and printed.
+ZERO_COUNTED = ("int8", "int8-block")
+# Schemes that are a collective of their own rather than one encode per worker:
+# name -> make(run, setup), an object with .average(grads, shapes) like WorkerCompression's.
+COLLECTIVE_SCHEMES = {"powersgd": lambda run, setup: PowerSGD(rank=run.param, error_feedback=run.error_feedback)}
 
 _WORLD_CACHE = {}
 
@@ -109,42 +133,84 @@ def world_tokens(world_seed):
     return _WORLD_CACHE[world_seed]
 
 
-def compressed_backward(n_workers, scheme, error_feedback, topk_ratio, stats, bf16=False, count_zeros=False):
-    """A `backward` for tiny_gpt.train: the batch is split across n_workers simulated
-    workers; each computes its gradient, compresses it (with its own error-feedback memory
-    if asked) and sends it; p.grad becomes the average of what was received.
+class WorkerCompression:
+    """Each worker compresses its own gradient, with its own error-feedback memory if asked
+    (compression.Residuals); the receiver averages what it decodes. Any scheme of the
+    registry (compression_schemes.SCHEMES) runs through this one class."""
 
-    stats["wire_bytes"] gets one worker's bytes per step; with count_zeros, stats also
+    def __init__(self, scheme, n_workers, error_feedback, options):
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown compression scheme {scheme!r}; expected one of {tuple(SCHEMES)}")
+        self.scheme, self.options = SCHEMES[scheme], options
+        self.memories = [Residuals() for _ in range(n_workers)] if error_feedback else None
+
+    def send(self, worker, grad):
+        """(decoded, wire_bytes) for one worker's flat gradient (n,)."""
+        if self.memories is None:
+            parts = self.scheme.encode(grad, self.options)
+            return self.scheme.decode(parts, grad.shape, self.options), parts_bytes(parts)
+        memory = self.memories[worker]
+        encoded, decoded = memory.propose({"": grad}, self.scheme, self.options)
+        memory.commit()
+        return decoded[""], parts_bytes(encoded[""])
+
+    def average(self, grads, shapes):
+        """grads: one (n,) per worker -> (average (n,), wire bytes per worker, what each sent)."""
+        sent = [self.send(w, g) for w, g in enumerate(grads)]
+        total = sent[0][0].clone()
+        for decoded, _ in sent[1:]:
+            total.add_(decoded)
+        return total / len(grads), sent[-1][1], [decoded for decoded, _ in sent]
+
+
+def make_aggregator(run, setup):
+    """What the workers' gradients go through for this row: a collective scheme of its own
+    (COLLECTIVE_SCHEMES, e.g. PowerSGD) or the registry's per-worker schemes."""
+    if run.scheme in COLLECTIVE_SCHEMES:
+        return COLLECTIVE_SCHEMES[run.scheme](run, setup)
+    return WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
+
+
+def worker_gradients(model, x, y, n_workers, bf16=False):
+    """([one (n,) flat gradient per worker], sum of their losses): the batch x, y (B, T)
+    split into n_workers equal slices, one backward each."""
+    params = list(model.parameters())
+    per_worker = x.size(0) // n_workers
+    grads, loss_sum = [], 0.0
+    for w in range(n_workers):
+        xs, ys = x[w * per_worker:(w + 1) * per_worker], y[w * per_worker:(w + 1) * per_worker]  # (b, T)
+        for p in params:
+            p.grad = None
+        loss = tiny_gpt.lm_loss(model, xs, ys, bf16=bf16)
+        loss.backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in params]))    # (n,) this worker's gradient
+        loss_sum += loss.item()
+    return grads, loss_sum
+
+
+def compressed_backward(aggregator, n_workers, stats, bf16=False, count_zeros=False):
+    """A `backward` for tiny_gpt.train: the batch is split across n_workers simulated
+    workers; each computes its gradient; the aggregator compresses and averages them;
+    p.grad becomes that average.
+
+    stats["wire_bytes"] adds up one worker's bytes of every step; with count_zeros, stats also
     counts entries that arrived as exact zeros though the gradient was not zero (int8
     rounds small entries to zero), which costs ~1 ms a step, so only rows that print it
     ask. A non-finite loss raises Diverged: nothing after it would mean anything."""
-    feedback = [ErrorFeedback() for _ in range(n_workers)] if error_feedback else None
 
     def backward(model, x, y):
         params = list(model.parameters())
-        per_worker = x.size(0) // n_workers
-        received = None
-        loss_sum = 0.0
-        for w in range(n_workers):
-            xs, ys = x[w * per_worker:(w + 1) * per_worker], y[w * per_worker:(w + 1) * per_worker]  # (b, T)
-            for p in params:
-                p.grad = None
-            loss = tiny_gpt.lm_loss(model, xs, ys, bf16=bf16)
-            loss.backward()
-            grad = torch.cat([p.grad.reshape(-1) for p in params])           # (n,) this worker's gradient
-            if feedback is not None:
-                sent, wire_bytes = feedback[w].compress(grad, scheme, topk_ratio)
-            else:
-                sent, wire_bytes = compress_vector(grad, scheme, topk_ratio)
-            received = sent if received is None else received.add_(sent)
-            loss_sum += loss.item()
-            stats["wire_bytes"] = wire_bytes
-            if count_zeros:
-                stats["zeros"] += int((sent == 0).sum()) - int((grad == 0).sum())
+        shapes = [p.shape for p in params]
+        grads, loss_sum = worker_gradients(model, x, y, n_workers, bf16)
+        average, wire_bytes, sent = aggregator.average(grads, shapes)   # (n,)
+        stats["wire_bytes"] += wire_bytes
+        stats["sends"] += 1
+        if count_zeros and sent is not None:
+            for grad, decoded in zip(grads, sent):
+                stats["zeros"] += int((decoded == 0).sum()) - int((grad == 0).sum())
                 stats["entries"] += grad.numel()
         if not math.isfinite(loss_sum):
             raise Diverged
-        average = received / n_workers                                           # (n,)
         offset = 0
         for p in params:
             p.grad = average[offset:offset + p.numel()].view_as(p)
@@ -154,40 +220,63 @@ def compressed_backward(n_workers, scheme, error_feedback, topk_ratio, stats, bf
     return backward
 
 
-def train_run(run, seeds, setup):
-    """Train BASE_CONFIG from scratch with compressed worker gradients; a RunResult."""
-    tiny_gpt.use_deterministic_threads()
-    started = time.perf_counter()
-    train_data, val_data = world_tokens(setup.world_seed)
-    model = tiny_gpt.make_model(tiny_gpt.BASE_CONFIG, seed=seeds.model)
+def make_optimizer(run, setup, model, seeds):
+    """(TrainConfig for tiny_gpt.train, optimizer) for the row's optimizer."""
     if run.optimizer == "adamw":
-        config = tiny_gpt.TrainConfig(steps=setup.steps, batch_size=setup.batch_size, peak_lr=setup.adamw_lr,
-                                      weight_decay=setup.weight_decay, beta1=setup.betas[0],
-                                      beta2=setup.betas[1], clip_norm=setup.clip_norm, data_seed=seeds.data)
-        optimizer = tiny_gpt.make_adamw(model, config)
-    elif run.optimizer == "sgd":
-        config = tiny_gpt.TrainConfig(steps=setup.steps, batch_size=setup.batch_size, peak_lr=setup.sgd_lr,
-                                      clip_norm=0, data_seed=seeds.data)
-        optimizer = torch.optim.SGD(model.parameters(), lr=setup.sgd_lr, momentum=setup.sgd_momentum)
-    else:
-        raise ValueError(f"unknown optimizer {run.optimizer!r}; expected one of {OPTIMIZERS}")
-    stats = {"wire_bytes": 0, "zeros": 0, "entries": 0}
-    backward = compressed_backward(setup.n_workers, run.scheme, run.error_feedback, setup.topk_ratio, stats,
-                                   bf16=setup.precision == "bf16", count_zeros=run.scheme == "int8")
-    steps_done = []
-    try:
-        tiny_gpt.train(model, train_data, config, optimizer=optimizer, backward=backward,
-                       on_step=lambda step, loss: steps_done.append(step))
-        diverged = False
-    except Diverged:
-        diverged = True
+        config = replace(setup.recipe, data_seed=seeds.data)
+        return config, tiny_gpt.make_adamw(model, config)
+    if run.optimizer == "sgd":
+        config = replace(setup.recipe, peak_lr=setup.sgd_lr, clip_norm=0, data_seed=seeds.data)
+        return config, torch.optim.SGD(model.parameters(), lr=setup.sgd_lr, momentum=setup.sgd_momentum)
+    raise ValueError(f"unknown optimizer {run.optimizer!r}; expected one of {OPTIMIZERS}")
+
+
+def finish_run(run, seeds, model, val_data, started, diverged, wire_bytes, steps_done, zeros=0, entries=0,
+               losses=()):
+    """The RunResult of a trained (or diverged) model."""
     bpc = float("nan") if diverged else tiny_gpt.bits_per_char(model, val_data)
     diverged = diverged or not math.isfinite(bpc)
     return RunResult(run=run, seeds=seeds, bpc=bpc if not diverged else float("nan"),
-                     bytes_per_element=stats["wire_bytes"] / model.n_params(),
-                     zeroed_fraction=stats["zeros"] / stats["entries"] if stats["entries"] else 0.0,
-                     diverged=diverged, steps_done=len(steps_done),
-                     seconds=time.perf_counter() - started)
+                     bytes_per_element=wire_bytes / model.n_params(),
+                     zeroed_fraction=zeros / entries if entries else 0.0,
+                     diverged=diverged, steps_done=steps_done,
+                     seconds=time.perf_counter() - started, losses=tuple(losses))
+
+
+def _variant(name):
+    """Training loops of their own (the optimizer itself talks less): Run.optimizer -> train."""
+    from lecture09 import local_sgd, onebit_adam
+    return {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=True),
+            "adamw-frozen-v": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False),
+            "diloco": local_sgd.train}.get(name)
+
+
+def train_run(run, seeds, setup):
+    """Train setup.model from scratch with compressed worker gradients; a RunResult."""
+    if setup.backend == "gloo":
+        from lecture09 import gloo_dp
+        return gloo_dp.train_run(run, seeds, setup)
+    variant = _variant(run.optimizer)
+    if variant is not None:
+        return variant(run, seeds, setup)
+    tiny_gpt.use_deterministic_threads()
+    started = time.perf_counter()
+    train_data, val_data = world_tokens(setup.world_seed)
+    model = tiny_gpt.make_model(setup.model, seed=seeds.model)
+    config, optimizer = make_optimizer(run, setup, model, seeds)
+    stats = {"wire_bytes": 0, "sends": 0, "zeros": 0, "entries": 0}
+    backward = compressed_backward(make_aggregator(run, setup), setup.n_workers, stats,
+                                   bf16=setup.precision == "bf16", count_zeros=run.scheme in ZERO_COUNTED)
+    losses = []
+    try:
+        tiny_gpt.train(model, train_data, config, optimizer=optimizer, backward=backward,
+                       on_step=lambda step, loss: losses.append(loss))
+        diverged = False
+    except Diverged:
+        diverged = True
+    # bytes per step averaged over the steps done (PowerSGD's first steps are uncompressed)
+    return finish_run(run, seeds, model, val_data, started, diverged, stats["wire_bytes"] / max(1, stats["sends"]),
+                      len(losses), stats["zeros"], stats["entries"], losses)
 
 
 def _train_job(job):
@@ -202,7 +291,8 @@ def start_training(jobs, n_processes):
     one torch thread); the results do not depend on n_processes. Returns (pool, iterator);
     the caller terminates the pool (None when training in this process)."""
     jobs = list(jobs)
-    if n_processes <= 1 or len(jobs) <= 1:
+    # gloo ranks are processes of their own, which a pool's (daemonic) worker may not start
+    if n_processes <= 1 or len(jobs) <= 1 or any(setup.backend == "gloo" for _, _, setup in jobs):
         return None, map(_train_job, jobs)
     # Ctrl-C reaches the whole process group, but only the parent should answer it (one
     # line, then it terminates the pool); a child would print a traceback. An ignored

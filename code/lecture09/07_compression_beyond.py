@@ -1,0 +1,367 @@
+"""
+第 9 讲 · 代码 7：比演示 2 更进一步的压缩——按块 int8、PowerSGD、1-bit Adam、DiLoCo，以及它们在慢速网络上值多少
+Lecture 9, code 7: compression beyond demo 2 — per-block int8, PowerSGD, 1-bit Adam, local SGD / DiLoCo,
+and what each buys on demo 1's slow network.
+
+这个文件回答的问题 (the question)
+    代码 5 的演示 2 只压缩每一步的梯度。实际系统还有三条路：换一种压缩（按块量化 block-wise、低秩
+    low-rank 的 PowerSGD）、压缩优化器自己的状态（1-bit Adam 压缩动量）、干脆少说话（DiLoCo 每 H 步
+    才通信一次）。每一种省多少字节？训练变差多少？放到演示 1 的慢速网络上，一次迭代快多少？
+
+    表 (c)：和演示 2 一样的小 GPT、4 个工作者、300 步；每一行和同样种子、每步通信的 AdamW 相减（Δ）。
+    表 (d)：每一行的 字节/参数 用在演示 1 的 1.3B 模型、它的最优分配上 → 每次迭代的时间、比数据中心慢多少。
+    最后是各行训练 loss 的曲线（控制台图）。
+
+对应讲义 (notes): lectures/lecture09_distributed_training.md §7.12–§7.16
+
+运行 (run):
+    python3 code/lecture09/07_compression_beyond.py              # 11 个模型，各 300 步（2 核约 1–2 分钟）
+    python3 code/lecture09/07_compression_beyond.py --seeds 3    # 每行 3 组种子：平均和范围
+    python3 code/lecture09/07_compression_beyond.py --powersgd-ranks 1 2 4 --diloco-h 10 50
+    python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，几秒钟（测试用）
+需要 (needs): torch、numpy；本目录的 compressed_dp.py、compression*.py、powersgd.py、onebit_adam.py、
+local_sgd.py、dist_sim.py 和 05_decentralized.py（演示 1 的网络设定）。用时打印到 stderr。
+"""
+
+import argparse
+import importlib.util
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+try:
+    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lecture01.cli_args import (add_precision_arguments, float_in, int_in, non_negative_int, positive_int,  # noqa: E402
+                                precision_from_args, run_main)
+from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
+
+# Flag defaults, written out so that --help needs no torch (tests check they agree with
+# compressed_dp.TrainSetup and the settings below).
+DEFAULTS = dict(steps=300, block_size=256, onebit_warmup=0.2, outer_lr=0.7, outer_momentum=0.9, powersgd_ranks=(1, 4), diloco_h=(5, 25, 100),
+                diloco_compressed_h=25, model_seed=0, data_seed=1, seeds=1, jobs=2)
+QUICK = dict(steps=12, diloco_h=(2, 6), diloco_compressed_h=6)
+MAX_SEEDS = 10
+CHART_WIDTH, CHART_HEIGHT = 60, 12
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of table (c): the compressed_dp.Run it trains, and what a student reads."""
+    run: object
+    label: str
+    sync_every: int = 1       # steps between two communications (DiLoCo's H)
+
+
+def build_rows(settings):
+    from lecture09.compressed_dp import Run
+    rows = [Row(Run("AdamW，每步通信，不压缩", "adamw", "none"), "AdamW，每步 fp32（基准）"),
+            Row(Run("int8", "adamw", "int8"), "int8（整个向量一个缩放因子）"),
+            Row(Run("int8-block", "adamw", "int8-block"), f"int8（每 {settings.train.block_size} 个一块）")]
+    rows += [Row(Run(f"PowerSGD r{r}", "adamw", "powersgd", True, r), f"PowerSGD 秩 rank {r}，误差反馈")
+             for r in settings.powersgd_ranks]
+    rows += [Row(Run("adamw-frozen-v", "adamw-frozen-v", "none"), "AdamW 冻结方差，不压缩"),
+             Row(Run("1-bit Adam", "onebit-adam", "sign-l2"), "1-bit Adam，冻结 v，1 bit 动量")]
+    rows += [Row(Run(f"DiLoCo H{h}", "diloco", "none", param=h), f"DiLoCo，每 {h} 步通信一次", h)
+             for h in settings.diloco_h]
+    h = settings.diloco_compressed_h
+    rows.append(Row(Run(f"DiLoCo H{h} int8", "diloco", "int8", param=h), f"DiLoCo，每 {h} 步，int8 伪梯度", h))
+    return rows
+
+
+@dataclass(frozen=True)
+class Settings:
+    train: object                 # compressed_dp.TrainSetup
+    seeds: object                 # compressed_dp.Seeds: the first pair
+    n_seeds: int
+    jobs: int
+    powersgd_ranks: tuple
+    diloco_h: tuple
+    diloco_compressed_h: int
+    precision_choice: str
+
+
+# =============================================================================
+# Table (c): bits per character and bytes, paired against every-step AdamW
+# =============================================================================
+
+def _signed(x, digits=4):
+    return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"
+
+
+def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
+    """Print table (c) row by row; return {Run.key: (row, results, deltas)}."""
+    from lecture09 import compressed_dp as cdp
+    t, n_seeds = settings.train, settings.n_seeds
+    print_header(f"表 (c)：压缩的更多做法（{t.n_workers} 个工作者，{t.steps} 步，batch {t.recipe.batch_size}；"
+                 f"前向 {t.precision}）")
+    out(f"Δ = 这一行 − 同样种子、每步通信的 AdamW（配对差）；|Δ| ≤ {cdp.DELTA_TOLERANCE_BPC:g} 算差不多。"
+        "字节/数 = 每个工作者平均每步每个参数发出的字节，从编码后的张量量出来；"
+        f"1-bit Adam 前 {t.onebit_warmup:.0%} 步发 fp32，算在平均里；"
+        f"DiLoCo 的外层 SGD：lr {t.outer_lr:g}、"
+        + (f"Nesterov 动量 {t.outer_momentum:g}" if t.outer_momentum else "不用动量"))
+    # one seed: every column; several: the ranges need the room of the ÷ fp32 column (100 columns)
+    widths = (31, 8, 8 if n_seeds == 1 else 0, 24 if n_seeds > 1 else 10, 28 if n_seeds > 1 else 9, 9)
+    ratio_head = pad("÷ fp32", widths[2], ">") if widths[2] else ""
+    out(pad("做法", widths[0]) + pad("字节/数", widths[1], ">") + ratio_head
+        + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">") + pad("舍入成0", widths[5], ">"))
+    out("-" * sum(widths))
+    table, base = {}, None
+    for row in rows:
+        results = tuple(next(results_iter) for _ in range(n_seeds))
+        base = results if base is None else base
+        deltas = tuple(cdp.paired_deltas(results, base))
+        spread = cdp.Spread.of(r.bpc for r in results)
+        table[row.run.key] = (row, results, deltas)
+        bpe = results[0].bytes_per_element
+        if spread.n == 0:
+            bpc_text = "发散 diverged"
+        else:
+            bpc_text = f"{spread.mean:.4f}" + ("" if n_seeds == 1 else f"（{spread.low:.4f}–{spread.high:.4f}）")
+        finite = [d for d in deltas if math.isfinite(d)]
+        if row is rows[0]:
+            delta_text = "—"
+        elif len(finite) < len(deltas):
+            delta_text = "—"
+        else:
+            d = cdp.Spread.of(finite)
+            delta_text = _signed(d.mean) + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）")
+        zeros = (f"{sum(r.zeroed_fraction for r in results) / n_seeds:.1%}"
+                 if row.run.scheme in cdp.ZERO_COUNTED and row.run.optimizer == "adamw" else "")
+        ratio_cell = pad(f"{bpe / 4:.4f}", widths[2], ">") if widths[2] else ""
+        out(pad(row.label, widths[0]) + pad(f"{bpe:.3f}", widths[1], ">") + ratio_cell
+            + pad(bpc_text, widths[3], ">") + pad(delta_text, widths[4], ">") + pad(zeros, widths[5], ">"))
+        sys.stdout.flush()
+        print(f"    （已用 elapsed {time.perf_counter() - started:.0f} 秒）", file=sys.stderr)
+    return table
+
+
+# =============================================================================
+# Table (d): what the bytes buy on demo 1's network
+# =============================================================================
+
+def _code5():
+    """Demo 1's settings live in code 5 (05_decentralized.py): loaded from its file, so its
+    network and job are read, not restated."""
+    path = Path(__file__).with_name("05_decentralized.py")
+    spec = importlib.util.spec_from_file_location("code5_for_code7", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
+    """{key: (dp_s, total_s, pp_s)} per row, the data center's total, compute s, demo 1's settings.
+
+    The 1.3B model's data-parallel exchange with `bytes_per_param` instead of demo 1's
+    fp16 (2 bytes), on demo 1's proven-optimal layout (found for fp16 traffic); a row that
+    talks every H steps pays its exchange once per H iterations."""
+    from lecture09 import dist_sim
+    code5 = _code5()
+    s = code5.ScheduleSetup()
+    geo, dc = code5.build_networks(s)
+    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes)
+    compute_s = 6 * s.n_params * s.seq_len * s.global_batch / (s.n_gpus * s.gpu_peak_flops * s.gpu_utilisation)
+    dc_layout = dist_sim.assignment_from_order(list(range(s.n_gpus)), s.n_replicas)
+    dc_total = compute_s + dist_sim.iteration_cost(dc_layout, dc, s.n_stages, s.n_replicas, s.stage_param_bytes,
+                                                   s.act_bytes)["total"]
+    costs = {}
+    for key, bytes_per_param in bytes_per_param_by_key.items():
+        h = sync_every_by_key[key]
+        stage_bytes = s.n_params * bytes_per_param * h / s.n_stages    # one exchange carries H steps' worth
+        c = dist_sim.iteration_cost(optimum.assignment, geo, s.n_stages, s.n_replicas, stage_bytes, s.act_bytes)
+        dp_s = c["dp"] / h
+        costs[key] = (dp_s, compute_s + c["pp"] + dp_s, c["pp"])
+    return costs, dc_total, compute_s, s
+
+
+def print_table_d(table, out=print_wrapped):
+    keys = list(table)
+    bytes_by_key = {k: table[k][1][0].bytes_per_element for k in keys}
+    costs, dc_total, compute_s, s = slow_network_costs(bytes_by_key, {k: table[k][0].sync_every for k in keys})
+    print_header(f"表 (d)：用在演示 1 的 {s.n_params / 1e9:.1f}B 模型上（{s.n_gpus} 张卡，演示 1 的最优分配）")
+    out(f"每次迭代 = 计算 {compute_s:.1f} 秒 + 流水线通信 + 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
+        f"即 2 字节/参数）。对照：数据中心、fp16、{dc_total:.1f} 秒/迭代")
+    widths = (31, 10, 11, 9, 11, 8, 10)
+    out(pad("做法", widths[0]) + pad("字节/参数", widths[1], ">") + pad("数据并行 s", widths[2], ">")
+        + pad("流水线 s", widths[3], ">") + pad("每次迭代 s", widths[4], ">") + pad("÷ 机房", widths[5], ">")
+        + pad("bits/字符", widths[6], ">"))
+    out("-" * sum(widths))
+    for key in keys:
+        row, results, _ = table[key]
+        dp_s, total_s, pp_s = costs[key]
+        bpc = [r.bpc for r in results if math.isfinite(r.bpc)]
+        out(pad(row.label, widths[0]) + pad(f"{bytes_by_key[key]:.3f}", widths[1], ">")
+            + pad(f"{dp_s:.2f}", widths[2], ">") + pad(f"{pp_s:.2f}", widths[3], ">")
+            + pad(f"{total_s:.2f}", widths[4], ">") + pad(f"{total_s / dc_total:.2f}×", widths[5], ">")
+            + pad(f"{sum(bpc) / len(bpc):.4f}" if bpc else "发散", widths[6], ">"))
+    return costs, dc_total
+
+
+# =============================================================================
+# The loss curves
+# =============================================================================
+
+MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def chart_rows(rows):
+    """The curves worth telling apart in 60 columns: the baseline, the first PowerSGD row,
+    1-bit Adam and the DiLoCo row that talks least often (int8 and the frozen-variance
+    AdamW lie on top of the baseline and of 1-bit Adam)."""
+    picked = [rows[0]]
+    for wanted in (("adamw", "powersgd"), ("onebit-adam", "sign-l2")):
+        picked += [r for r in rows if (r.run.optimizer, r.run.scheme) == wanted][:1]
+    diloco = [r for r in rows if r.run.optimizer == "diloco" and r.run.scheme == "none"]
+    return picked + sorted(diloco, key=lambda r: r.sync_every)[-1:]
+
+
+def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
+    """Console chart of several curves: {label: [y per step]} -> lines. Each curve gets a
+    letter (* where two meet); a column shows the mean of its steps; lower is lower."""
+    finite = [y for ys in series.values() for y in ys if math.isfinite(y)]
+    if not finite:
+        return ["（没有可画的点 nothing to plot）"]
+    low, high = min(finite), max(finite)
+    span = (high - low) or 1.0
+    grid = [[" "] * width for _ in range(height)]
+    for mark, ys in zip(MARKS, series.values()):
+        n = len(ys)
+        for col in range(width):
+            chunk = [y for y in ys[col * n // width:max(col * n // width + 1, (col + 1) * n // width)]
+                     if math.isfinite(y)]
+            if chunk:
+                level = round((sum(chunk) / len(chunk) - low) / span * (height - 1))
+                cell = grid[height - 1 - level]
+                cell[col] = mark if cell[col] in (" ", mark) else "*"
+    lines = [f"{high - (high - low) * i / (height - 1):6.2f} |" + "".join(r) for i, r in enumerate(grid)]
+    lines.append(" " * 7 + "+" + "-" * width)
+    lines.append(" " * 8 + "第 1 步" + " " * (width - 14) + f"第 {max(len(v) for v in series.values())} 步")
+    lines += [f"  {mark} = {label}" for mark, label in zip(MARKS, series)]
+    return lines
+
+
+# =============================================================================
+# Observations, worded from the numbers
+# =============================================================================
+
+def observations(settings, table, costs, dc_total, out=print_wrapped):
+    from lecture09 import compressed_dp as cdp
+    tol = cdp.DELTA_TOLERANCE_BPC
+    words = {"same": "和每步 AdamW 差不多", "worse": "比每步 AdamW 差", "better": "比每步 AdamW 好",
+             "unclear": "好坏说不清（种子之间不一致）"}
+
+    def d(key):
+        deltas = table[key][2]
+        finite = [x for x in deltas if math.isfinite(x)]
+        text = _signed(sum(finite) / len(finite)) if len(finite) == len(deltas) else "—"
+        return f"{words[cdp.verdict(deltas)]}（Δ {text}）"
+
+    def zeros(key):
+        return sum(r.zeroed_fraction for r in table[key][1]) / len(table[key][1])
+
+    one, block = ("adamw", "int8", False), ("adamw", "int8-block", False)
+    frozen, onebit = ("adamw-frozen-v", "none", False), ("onebit-adam", "sign-l2", False)
+    out("\n观察 Observations（代码 7）：")
+    out(f" 1. 按块 int8：舍入成 0 的分量从 {zeros(one):.1%}（整个向量一个缩放因子）变成 {zeros(block):.1%}"
+        f"（每 {settings.train.block_size} 个一块），多花的字节是每块一个 fp32 缩放因子。"
+        f"一个缩放因子 {d(one)}；按块 {d(block)}。")
+    out(" 2. PowerSGD（每个矩阵只发 P、Q 两个细长的因子，向量照发）：" + "；".join(
+        f"秩 {r} 每步每个参数 {table[key][1][0].bytes_per_element:.3f} 字节，{d(key)}"
+        for r in settings.powersgd_ranks for key in [("adamw", "powersgd", True, r)]) + "。")
+    freeze_minus = [a - b for a, b in zip(table[onebit][2], table[frozen][2])]
+    comp_words = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好",
+                  "unclear": "的影响在种子之间不一致"}[cdp.verdict(freeze_minus)]
+    out(f" 3. 1-bit Adam {d(onebit)}；同样冻结方差但不压缩的 AdamW {d(frozen)}。两者之差"
+        f"（{_signed(sum(freeze_minus) / len(freeze_minus)) if all(map(math.isfinite, freeze_minus)) else '—'}）"
+        f"才是压缩本身的作用：压缩{comp_words}；其余是冻结方差（和每个工作者各自裁剪梯度）带来的。")
+    out(" 4. DiLoCo（每 H 步才交换一次伪梯度）：" + "；".join(
+        f"H = {h} {d(key)}，每次迭代 {costs[key][1]:.2f} 秒（数据中心的 {costs[key][1] / dc_total:.2f} 倍）"
+        for h in settings.diloco_h for key in [("diloco", "none", False, h)]) + "。")
+    base_total = costs[("adamw", "none", False)][1]
+    best_key = min(costs, key=lambda k: costs[k][1])
+    out(f" 结论：在演示 1 的网络上每步发 fp32 的 AdamW 每次迭代 {base_total:.2f} 秒；最快的一行是"
+        f"“{table[best_key][0].label}”（{costs[best_key][1]:.2f} 秒），它的 bits/字符{d(best_key)}。"
+        f"|Δ| ≤ {tol:g} 的行才算没变差；这是 {settings.train.steps} 步的小实验，展示机制，不决定大模型上谁更好。"
+        "PowerSGD 在 1.3B 模型上省得更多：2048 宽的矩阵的 (行+列)×秩 / (行×列) 比这里 64 宽的小得多，"
+        "表 (d) 用的是这里量到的字节，偏保守。")
+
+
+# =============================================================================
+# Command line
+# =============================================================================
+
+def parse_args(argv=None):
+    d = DEFAULTS
+    p = argparse.ArgumentParser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
+    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    p.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 (default %(default)s)")
+    p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
+                   help="按块 int8 每块的分量数 entries per scale (default %(default)s)")
+    p.add_argument("--powersgd-ranks", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
+                   help="PowerSGD 的秩，每个一行 ranks, one row each (default %(default)s)")
+    p.add_argument("--diloco-h", type=positive_int, nargs="+", default=list(d["diloco_h"]),
+                   help="DiLoCo 每 H 步通信一次，每个 H 一行 (default %(default)s)")
+    p.add_argument("--diloco-compressed-h", type=positive_int, default=d["diloco_compressed_h"],
+                   help="int8 伪梯度那一行的 H (default %(default)s)")
+    p.add_argument("--outer-lr", type=float_in(0, 10, low_open=True), default=d["outer_lr"],
+                   help="DiLoCo 外层 SGD 的学习率 outer learning rate (default %(default)s)")
+    p.add_argument("--outer-momentum", type=float_in(0, 1, high_open=True), default=d["outer_momentum"],
+                   help="DiLoCo 外层 Nesterov 动量，0 = 不用动量 (default %(default)s)")
+    p.add_argument("--onebit-warmup", type=float_in(0, 1, low_open=True, high_open=True), default=d["onebit_warmup"],
+                   help="1-bit Adam 热身（普通 AdamW）占的步数比例 warm-up fraction (default %(default)s)")
+    p.add_argument("--model-seed", type=non_negative_int, default=d["model_seed"],
+                   help="模型初始化的种子 model init seed (default %(default)s)")
+    p.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
+                   help="数据顺序的种子 data order seed (default %(default)s)")
+    p.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=d["seeds"],
+                   help="每一行训练几组种子 seed pairs per row (default %(default)s)")
+    p.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
+    add_precision_arguments(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, list(value) if isinstance(value, tuple) else value)
+    from lecture09.compressed_dp import Seeds, TrainSetup
+    train = replace(TrainSetup().with_steps(args.steps), block_size=args.block_size,
+                    onebit_warmup=args.onebit_warmup, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
+                    precision=precision_from_args(args))
+    return Settings(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds, jobs=args.jobs,
+                    powersgd_ranks=tuple(dict.fromkeys(args.powersgd_ranks)), diloco_h=tuple(dict.fromkeys(args.diloco_h)),
+                    diloco_compressed_h=args.diloco_compressed_h,
+                    precision_choice="fp32" if args.fp32 else args.precision)
+
+
+def main(argv=None):
+    settings = parse_args(argv)
+    from lecture09 import compressed_dp as cdp
+    from lecture01 import tiny_gpt
+    tiny_gpt.use_deterministic_threads()
+    started = time.perf_counter()
+    rows = build_rows(settings)
+    seeds = [settings.seeds.shifted(k) for k in range(settings.n_seeds)]
+    jobs = [(row.run, s, settings.train) for row in rows for s in seeds]
+    pool, results_iter = cdp.start_training(jobs, settings.jobs)
+    try:
+        table = print_table_c(settings, rows, results_iter, started)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    print()
+    costs, dc_total = print_table_d(table)
+    print()
+    print_header("训练 loss 曲线（第一组种子，每族一行）training loss")
+    for line in curve_lines({row.label: list(table[row.run.key][1][0].losses) for row in chart_rows(rows)}):
+        print(line)
+    observations(settings, table, costs, dc_total)
+    print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
+    return {"table": table, "costs": costs, "dc_total": dc_total}
+
+
+if __name__ == "__main__":
+    run_main(main)

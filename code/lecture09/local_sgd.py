@@ -1,0 +1,89 @@
+"""Local SGD / DiLoCo (Douillard et al. 2023; OpenDiLoCo): talk every H steps, not every step.
+
+Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.15).
+Each of W workers keeps its own copy of the model and its own inner AdamW (lecture 1's
+recipe, clipping its own gradient) and takes H inner steps on its own slice of every
+batch. Then the workers send their pseudo-gradient, the parameter change
+Δ_w = θ_global − θ_w, optionally compressed by a scheme of the registry (INTELLECT-1 sent
+int8); the average is the gradient of one outer step, SGD with Nesterov momentum
+(OpenDiLoCo: lr 0.7, momentum 0.9; compressed_dp.TrainSetup.outer_lr / outer_momentum);
+every worker restarts from the new θ_global. With outer lr 1 and no momentum it is plain
+local SGD: θ_global becomes the average of the workers' parameters.
+
+Bytes per step = bytes of one encoded pseudo-gradient × syncs / steps (a last, shorter
+round syncs at the end when H does not divide the steps).
+"""
+
+import copy
+import math
+
+import torch
+
+from lecture09.compression import SCHEMES, Residuals, parts_bytes
+
+def train(run, seeds, setup):
+    """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
+    from lecture09 import compressed_dp as cdp
+    from lecture01 import tiny_gpt
+
+    tiny_gpt.use_deterministic_threads()
+    started = cdp.time.perf_counter()
+    train_data, val_data = cdp.world_tokens(setup.world_seed)
+    inner_steps, r, n_workers = run.param, setup.recipe, setup.n_workers
+    global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
+    global_params = list(global_model.parameters())
+    outer = torch.optim.SGD(global_params, lr=setup.outer_lr, momentum=setup.outer_momentum,
+                            nesterov=setup.outer_momentum > 0)   # OpenDiLoCo: 0.7, 0.9, Nesterov
+    workers = [copy.deepcopy(global_model) for _ in range(n_workers)]
+    inner = [tiny_gpt.make_adamw(w, r) for w in workers]
+    scheme, options = SCHEMES[run.scheme], setup.options
+    memories = [Residuals() for _ in range(n_workers)] if run.error_feedback else None
+    gen = torch.Generator().manual_seed(seeds.data)
+    per_worker = r.batch_size // n_workers
+    losses, total_bytes, diverged = [], 0, False
+    for step in range(r.steps):
+        lr = tiny_gpt.lr_at(step, r.steps, r.peak_lr)
+        x, y = tiny_gpt.get_batch(train_data, r.batch_size, global_model.config.block_size, gen)
+        loss_sum = 0.0
+        for w, (model, optimizer) in enumerate(zip(workers, inner)):
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = tiny_gpt.lm_loss(model, x[w * per_worker:(w + 1) * per_worker],
+                                    y[w * per_worker:(w + 1) * per_worker], bf16=setup.precision == "bf16")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip_norm)
+            optimizer.step()
+            loss_sum += loss.item()
+        if not math.isfinite(loss_sum):
+            diverged = True
+            break
+        losses.append(loss_sum / n_workers)
+        if (step + 1) % inner_steps and step + 1 < r.steps:
+            continue
+        theta = torch.nn.utils.parameters_to_vector(global_params).detach()
+        received = None
+        for w, model in enumerate(workers):
+            delta = theta - torch.nn.utils.parameters_to_vector(model.parameters()).detach()   # (n,)
+            if memories is None:
+                parts = scheme.encode(delta, options)
+                decoded = scheme.decode(parts, delta.shape, options)
+            else:
+                encoded, decoded_named = memories[w].propose({"": delta}, scheme, options)
+                memories[w].commit()
+                parts, decoded = encoded[""], decoded_named[""]
+            received = decoded if received is None else received + decoded
+        total_bytes += parts_bytes(parts)
+        pseudo_gradient = received / n_workers
+        offset = 0
+        for p in global_params:
+            p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        outer.step()
+        for model in workers:
+            with torch.no_grad():
+                for p, g in zip(model.parameters(), global_params):
+                    p.copy_(g)
+    return cdp.finish_run(run, seeds, global_model, val_data, started, diverged,
+                          total_bytes / max(1, len(losses)), len(losses), losses=losses)

@@ -1,0 +1,116 @@
+"""Code 7 (07_compression_beyond.py): a quick run, its words follow its numbers, table (d)
+priced with dist_sim, flags (defaults agree with the toolkit, errors exit 2 without torch)."""
+
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import LECTURE09, load_script, main_quietly, press_ctrl_c, start_in_own_group, wait_until_group_has
+
+code7 = load_script(LECTURE09 / "07_compression_beyond.py")
+SCRIPT = LECTURE09 / "07_compression_beyond.py"
+
+
+def _flat(text):
+    return re.sub(r"\s+", "", text)
+
+
+@pytest.fixture(scope="module")
+def quick_run():
+    return main_quietly(code7.main, ["--quick", "--jobs", "1"])
+
+
+def test_quick_run_has_every_row_and_pairs_against_the_baseline(quick_run):
+    results, out = quick_run
+    table = results["table"]
+    keys = list(table)
+    assert keys[0] == ("adamw", "none", False)
+    assert {("adamw", "int8-block", False), ("adamw", "powersgd", True, 1), ("adamw", "powersgd", True, 4),
+            ("onebit-adam", "sign-l2", False), ("adamw-frozen-v", "none", False),
+            ("diloco", "none", False, 2), ("diloco", "int8", False, 6)} <= set(keys)
+    base = table[keys[0]][1]
+    for key in keys:
+        row, results_, deltas = table[key]
+        assert deltas == tuple(r.bpc - b.bpc for r, b in zip(results_, base))
+    assert all(display_ok(line) for line in out.splitlines())
+
+
+def display_ok(line):
+    from lecture01.console import display_width
+    return display_width(line) <= 100
+
+
+def test_measured_bytes_of_the_new_rows(quick_run):
+    table = quick_run[0]["table"]
+    n = 83_468                                       # MODEL_CONFIG's parameters (test_tiny_gpt checks it)
+    assert table[("adamw", "none", False)][1][0].bytes_per_element == 4.0
+    assert table[("diloco", "none", False, 2)][1][0].bytes_per_element == pytest.approx(4.0 / 2)
+    assert table[("diloco", "int8", False, 6)][1][0].bytes_per_element == pytest.approx((n + 4) / n / 6)
+    block = table[("adamw", "int8-block", False)][1][0]
+    assert block.bytes_per_element == pytest.approx((n + 4 * math.ceil(n / 256)) / n)
+    one = table[("adamw", "int8", False)][1][0]
+    assert block.zeroed_fraction < one.zeroed_fraction
+
+
+def test_words_follow_the_numbers(quick_run):
+    results, out = quick_run
+    table, flat = results["table"], _flat(out)
+    one, block = table[("adamw", "int8", False)][1], table[("adamw", "int8-block", False)][1]
+    assert _flat(f"从{one[0].zeroed_fraction:.1%}（整个向量一个缩放因子）变成{block[0].zeroed_fraction:.1%}") in flat
+    from lecture09.compressed_dp import DELTA_TOLERANCE_BPC as tol
+    for key in table:
+        delta = table[key][2][0]
+        if key[0] == "adamw" and key[1] == "powersgd":
+            word = "和每步AdamW差不多" if abs(delta) <= tol else ("比每步AdamW差" if delta > 0 else "比每步AdamW好")
+            assert _flat(f"秩{key[3]}每步每个参数{table[key][1][0].bytes_per_element:.3f}字节，{word}") in flat
+    costs = results["costs"]
+    fastest = min(costs, key=lambda k: costs[k][1])
+    assert _flat(f"“{table[fastest][0].label}”（{costs[fastest][1]:.2f}秒）") in flat
+
+
+def test_table_d_prices_each_row_with_dist_sim():
+    code5 = code7._code5()
+    s = code5.ScheduleSetup()
+    keys = {"fp16": 2.0, "half": 1.0}
+    costs, dc_total, compute_s, _ = code7.slow_network_costs(keys, {"fp16": 1, "half": 2})
+    geo, _ = code5.build_networks(s)
+    from lecture09 import dist_sim
+    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes)
+    # fp16 bytes on the optimal layout: exactly demo 1's optimum plus compute
+    assert costs["fp16"][1] == pytest.approx(compute_s + optimum.cost)
+    # one byte per parameter every other step = two bytes once per two steps: half the exchange
+    assert costs["half"][0] == pytest.approx(costs["fp16"][0] / 2)
+    assert dc_total < costs["fp16"][1]
+
+
+def test_flag_defaults_agree_with_the_toolkit():
+    from lecture09.compressed_dp import Seeds, TrainSetup
+    t, seeds = TrainSetup(), Seeds()
+    d = code7.DEFAULTS
+    assert (d["steps"], d["block_size"], d["onebit_warmup"]) == (t.steps, t.block_size, t.onebit_warmup)
+    assert (d["outer_lr"], d["outer_momentum"]) == (t.outer_lr, t.outer_momentum)
+    assert (d["model_seed"], d["data_seed"]) == (seeds.model, seeds.data)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--steps", "0"], ["--powersgd-ranks", "0"], ["--onebit-warmup", "1"],
+                                  ["--seeds", "11"], ["--diloco-h", "x"]])
+def test_help_and_flag_errors_answer_without_torch(argv):
+    probe = ("import runpy, sys\n"
+             f"sys.argv = [{str(SCRIPT)!r}] + {argv!r}\n"
+             "try:\n"
+             f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+             "except SystemExit as e:\n"
+             "    print('exit', e.code, 'torch' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    expected = 0 if argv == ["--help"] else 2
+    assert done.stderr.strip().splitlines()[-1] == f"exit {expected} False", done.stderr[-2000:]
+
+
+def test_ctrl_c_stops_with_one_line_and_leaves_nothing():
+    proc = start_in_own_group(SCRIPT, "--steps", "300", "--jobs", "2")
+    wait_until_group_has(proc, 3)
+    status, out, err, left = press_ctrl_c(proc)
+    assert status == 130 and left == [] and "Traceback" not in err, err[-2000:]
