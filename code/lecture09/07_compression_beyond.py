@@ -243,6 +243,7 @@ def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
     lines.append(" " * 7 + "+" + "-" * width)
     lines.append(" " * 8 + "第 1 步" + " " * (width - 14) + f"第 {max(len(v) for v in series.values())} 步")
     lines += [f"  {mark} = {label}" for mark, label in zip(MARKS, series)]
+    lines.append("  * = 两条以上的曲线落在同一格 two or more curves in one cell")
     return lines
 
 
@@ -252,6 +253,7 @@ def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
 
 def observations(settings, table, costs, dc_total, out=print_wrapped):
     from lecture09 import compressed_dp as cdp
+    from lecture09.lecture_model import MODEL_CONFIG
     tol = cdp.DELTA_TOLERANCE_BPC
     words = {"same": "和每步 AdamW 差不多", "worse": "比每步 AdamW 差", "better": "比每步 AdamW 好",
              "unclear": "好坏说不清（种子之间不一致）"}
@@ -284,12 +286,13 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
         f"H = {h} {d(key)}，每次迭代 {costs[key][1]:.2f} 秒（数据中心的 {costs[key][1] / dc_total:.2f} 倍）"
         for h in settings.diloco_h for key in [("diloco", "none", False, h)]) + "。")
     base_total = costs[("adamw", "none", False)][1]
+    big_width = _code5().ScheduleSetup().hidden      # the 1.3B model's hidden size in demo 1
     best_key = min(costs, key=lambda k: costs[k][1])
     out(f" 结论：在演示 1 的网络上每步发 fp32 的 AdamW 每次迭代 {base_total:.2f} 秒；最快的一行是"
         f"“{table[best_key][0].label}”（{costs[best_key][1]:.2f} 秒），它的 bits/字符{d(best_key)}。"
         f"|Δ| ≤ {tol:g} 的行才算没变差；这是 {settings.train.steps} 步的小实验，展示机制，不决定大模型上谁更好。"
-        "PowerSGD 在 1.3B 模型上省得更多：2048 宽的矩阵的 (行+列)×秩 / (行×列) 比这里 64 宽的小得多，"
-        "表 (d) 用的是这里量到的字节，偏保守。")
+        f"PowerSGD 在 1.3B 模型上省得更多：{big_width} 宽的矩阵的 (行+列)×秩 / (行×列) 比这里 "
+        f"{MODEL_CONFIG.n_embd} 宽的小得多，表 (d) 用的是这里量到的字节，偏保守。")
 
 
 # =============================================================================
