@@ -1,5 +1,7 @@
 """console: display widths with Chinese text, padding, tables."""
 
+import io
+
 import pytest
 
 from lecture01 import console
@@ -92,3 +94,30 @@ def test_wrap_never_starts_a_line_with_closing_punctuation(width):
     assert all(console.display_width(line) <= width for line in lines)
     assert not any(line.strip()[:1] in ("，", "。", "）") for line in lines)
     assert "".join(line.replace(" ", "") for line in lines) == text.replace(" ", "")
+
+
+def test_status_line_on_a_terminal_is_rewritten_in_place_and_erased():
+    from lecture01.console import StatusLine
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    screen = Terminal()
+    status = StatusLine(screen, min_interval_s=0)
+    status.show("训练中 3/10")
+    status.show("训练中 4/10")
+    status.clear()
+    text = screen.getvalue()
+    assert "\n" not in text and text.count("\r") == 4     # two updates, then erase: \r blanks \r
+    assert text.endswith("\r" + " " * 11 + "\r")          # erased: the next stdout line starts clean
+
+
+def test_status_line_in_a_log_is_one_line_per_update_and_throttled():
+    from lecture01.console import StatusLine
+    log = io.StringIO()
+    status = StatusLine(log, log_interval_s=3600)
+    status.show("a")
+    status.show("b")                # within the interval: not written
+    status.show("c", force=True)
+    status.clear()
+    assert log.getvalue() == "a\nc\n"

@@ -212,3 +212,48 @@ def print_wrapped(text, width=LINE_WIDTH, indent=None):
     """Print `wrap(text, width, indent)`, line by line."""
     for line in wrap(text, width, indent):
         print(line)
+
+
+class StatusLine:
+    """Progress on stderr that never lands between the rows of a table on stdout.
+
+    On a terminal it is one line, rewritten in place ("\\r") at most every `min_interval_s`
+    seconds and erased by clear() before stdout prints again; it is cut to fit the
+    terminal, because a wrapped line cannot be rewritten. Anywhere else (a pipe, a log
+    file) each update is its own line, at most one every `log_interval_s` seconds.
+    Introduced for lecture 9's training runs (codes 5 and 7).
+    """
+
+    def __init__(self, stream=None, min_interval_s=0.5, log_interval_s=10.0):
+        import sys
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.min_interval_s = min_interval_s if self.tty else log_interval_s
+        self.shown = 0                  # display width of the line now on the terminal
+        self.last_s = None              # when the last update was written
+
+    def show(self, text, force=False):
+        import shutil
+        import sys
+        import time
+        now = time.perf_counter()
+        if not force and self.last_s is not None and now - self.last_s < self.min_interval_s:
+            return
+        self.last_s = now
+        sys.stdout.flush()              # what stdout has printed so far appears first
+        if self.tty:
+            limit = min(LINE_WIDTH, shutil.get_terminal_size().columns) - 1
+            while display_width(text) > limit:
+                text = text[:-1]
+            width = display_width(text)
+            self.stream.write("\r" + text + " " * max(0, self.shown - width))
+            self.shown = width
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def clear(self):
+        if self.tty and self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
+            self.stream.flush()
+            self.shown = 0

@@ -643,7 +643,6 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
                 + pad(_bpc_cell(row.bpc, n_seeds), widths[3], ">")
                 + pad("—" if baseline is None else _delta_cell(deltas, n_seeds), widths[4], ">"))
             sys.stdout.flush()
-            print(f"    （已用 elapsed {time.perf_counter() - started:.0f} 秒）", file=sys.stderr)
     return summaries
 
 

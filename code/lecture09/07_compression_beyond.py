@@ -136,7 +136,6 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
         out(pad(row.label, widths[0]) + pad(f"{bpe:.3f}", widths[1], ">") + ratio_cell
             + pad(bpc_text, widths[3], ">") + pad(delta_text, widths[4], ">") + pad(zeros, widths[5], ">"))
         sys.stdout.flush()
-        print(f"    （已用 elapsed {time.perf_counter() - started:.0f} 秒）", file=sys.stderr)
     return table
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from lecture01 import tiny_gpt
+from lecture09 import run_progress
 from lecture09.compression import SCHEMES, Options, Residuals, parts_bytes
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.powersgd import PowerSGD
@@ -270,7 +271,7 @@ def train_run(run, seeds, setup):
     losses = []
     try:
         tiny_gpt.train(model, train_data, config, optimizer=optimizer, backward=backward,
-                       on_step=lambda step, loss: losses.append(loss))
+                       on_step=lambda step, loss: (losses.append(loss), run_progress.step_done(step + 1)))
         diverged = False
     except Diverged:
         diverged = True
@@ -280,7 +281,8 @@ def train_run(run, seeds, setup):
 
 
 def _train_job(job):
-    run, seeds, setup = job
+    slot, run, seeds, setup = job
+    run_progress.start_run(slot)
     return train_run(run, seeds, setup)
 
 
@@ -290,19 +292,23 @@ def start_training(jobs, n_processes):
     With n_processes > 1 they train in that many spawned processes (each starts clean with
     one torch thread); the results do not depend on n_processes. Returns (pool, iterator);
     the caller terminates the pool (None when training in this process)."""
-    jobs = list(jobs)
+    jobs = [(slot, *job) for slot, job in enumerate(jobs)]
+    steps_per_run = max(setup.recipe.steps for _, _, _, setup in jobs) if jobs else 0
     # gloo ranks are processes of their own, which a pool's (daemonic) worker may not start
-    if n_processes <= 1 or len(jobs) <= 1 or any(setup.backend == "gloo" for _, _, setup in jobs):
-        return None, map(_train_job, jobs)
+    if n_processes <= 1 or len(jobs) <= 1 or any(setup.backend == "gloo" for _, _, _, setup in jobs):
+        steps_done = [0] * len(jobs)
+        return None, run_progress.ShownProgress(map(_train_job, jobs), steps_done, steps_per_run, polled=False)
     # Ctrl-C reaches the whole process group, but only the parent should answer it (one
     # line, then it terminates the pool); a child would print a traceback. An ignored
     # signal stays ignored across exec, so children spawned meanwhile never see it.
+    context = multiprocessing.get_context("spawn")
+    steps_done = context.Array("i", len(jobs), lock=False)     # one slot per run; progress only
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        pool = multiprocessing.get_context("spawn").Pool(min(n_processes, len(jobs)))
+        pool = context.Pool(min(n_processes, len(jobs)), initializer=run_progress.attach, initargs=(steps_done,))
     finally:
         signal.signal(signal.SIGINT, previous)
-    return pool, pool.imap(_train_job, jobs)
+    return pool, run_progress.ShownProgress(pool.imap(_train_job, jobs), steps_done, steps_per_run, polled=True)
 
 
 # ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import math
 import torch
 
 from lecture09.compression import SCHEMES, Residuals, parts_bytes
+from lecture09 import run_progress
 
 def train(run, seeds, setup):
     """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
@@ -60,6 +61,7 @@ def train(run, seeds, setup):
             diverged = True
             break
         losses.append(loss_sum / n_workers)
+        run_progress.step_done(step + 1)
         if (step + 1) % inner_steps and step + 1 < r.steps:
             continue
         theta = torch.nn.utils.parameters_to_vector(global_params).detach()

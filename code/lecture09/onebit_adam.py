@@ -23,6 +23,7 @@ import math
 import torch
 
 from lecture09.compression import SCHEMES, Options, parts_bytes
+from lecture09 import run_progress
 
 SIGN_SCHEME = SCHEMES["sign-l2"]
 EPS = 1e-8               # torch.optim.AdamW's default
@@ -127,5 +128,6 @@ def train(run, seeds, setup, compress):
             torch.nn.utils.vector_to_parameters(theta, params)
         total_bytes += sent_bytes
         losses.append(loss_sum / setup.n_workers)
+        run_progress.step_done(step + 1)
     return cdp.finish_run(run, seeds, model, val_data, started, diverged, total_bytes / max(1, len(losses)),
                           len(losses), losses=losses)

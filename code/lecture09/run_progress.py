@@ -1,0 +1,87 @@
+"""Progress inside training runs: how many steps each run has done, visible while it trains.
+
+A run of 300 steps takes ~10 s and a run of 3,000 over a minute; without this the class
+would see nothing until the run ends. Every training loop calls step_done(step) after each
+step. The runs may train in other processes (a multiprocessing pool), so the counts live
+in a shared array, one slot per run; the parent, while it waits for the next result,
+shows them on one status line (lecture01.console.StatusLine: stderr, never between the
+rows of a table). Only progress travels this way: results still come back through the
+pool, and stdout is the same with or without it.
+"""
+
+import multiprocessing
+import time
+
+from lecture01.console import StatusLine
+
+_steps_done = None     # shared array of ints, one slot per run, in every process that trains
+_slot = None           # the slot of the run this process is training now
+_refresh = None        # training in this very process: refresh the status line from the loop
+
+
+def attach(steps_done):
+    """Pool initializer: this process reports into `steps_done`."""
+    global _steps_done
+    _steps_done = steps_done
+
+
+def start_run(slot):
+    global _slot
+    _slot = slot
+
+
+def step_done(step):
+    """Called by a training loop after step `step` (counting from 1)."""
+    if _steps_done is not None and _slot is not None:
+        _steps_done[_slot] = step
+    if _refresh is not None:
+        _refresh()
+
+
+class ShownProgress:
+    """An iterator over the results of n runs that shows their progress while it waits.
+
+    results: an iterator of the runs' results in order; a multiprocessing IMapIterator
+    (polled, so the line moves while the pool trains) or a plain iterator (training
+    happens inside next(); the loop's own step_done calls refresh the line).
+    """
+
+    def __init__(self, results, steps_done, steps_per_run, polled, label="训练中 training", status=None):
+        self.results, self.steps_done, self.polled = results, steps_done, polled
+        self.steps_per_run, self.label = steps_per_run, label
+        self.status = StatusLine() if status is None else status
+        self.started = time.perf_counter()
+
+    def text(self):
+        n = len(self.steps_done)
+        finished = sum(1 for s in self.steps_done if s >= self.steps_per_run)
+        running = [f"第 {i + 1} 个 {s}/{self.steps_per_run} 步" for i, s in enumerate(self.steps_done)
+                   if 0 < s < self.steps_per_run]
+        return (f"  {self.label}：{finished}/{n} 个运行完成" + ("；" + "，".join(running[:3]) if running else "")
+                + f"（已用 {time.perf_counter() - self.started:.0f} 秒）")
+
+    def refresh(self):
+        self.status.show(self.text())
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        global _steps_done, _refresh
+        try:
+            if self.polled:             # a pool trains: wait in short slices, moving the line
+                while True:
+                    try:
+                        result = self.results.next(timeout=0.5)
+                        break
+                    except multiprocessing.TimeoutError:
+                        self.refresh()
+            else:                       # the run trains inside next(): its loop refreshes the line
+                _steps_done, _refresh = self.steps_done, self.refresh
+                try:
+                    result = next(self.results)
+                finally:
+                    _steps_done, _refresh = None, None
+        finally:
+            self.status.clear()         # the caller prints a table row (or an error) next
+        return result
