@@ -27,6 +27,8 @@ from lecture09.geo_network import (  # noqa: F401
 from lecture09.layout_cost import (  # noqa: F401
     PS_PER_S, LayoutCost, SwapState, assignment_from_order, iteration_cost)
 from lecture09.hand_layouts import (  # noqa: F401
-    count_matrix, dp_groups_in_regions, layout_stats, pipelines_in_regions, random_assignment)
-from lecture09.layout_search import GeneticResult, _crossover, genetic_search, local_search  # noqa: F401
+    SwapCensus, count_matrix, dp_groups_in_regions, layout_stats, pipelines_in_regions, random_assignment,
+    swap_census)
+from lecture09.layout_search import (  # noqa: F401
+    GeneticResult, SearchTrace, _crossover, genetic_search, local_search)
 from lecture09.layout_optimum import OptimumResult, optimal_layout  # noqa: F401

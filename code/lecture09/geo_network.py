@@ -29,7 +29,7 @@ class Network(dict):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._cost_tables = {}   # (n_replicas, c_DP, c_PP) -> per-device-pair costs, see _cost_tables
+        self._cost_tables = {}   # (n_replicas, c_DP, c_PP, M) -> per-device-pair costs, see _cost_tables
 
     @property
     def n_devices(self):

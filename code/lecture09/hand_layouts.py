@@ -2,7 +2,11 @@
 (lecture 9, §7.3): random_assignment, the two hand layouts, count matrices, statistics.
 """
 
+import itertools
+from dataclasses import dataclass
+
 from lecture09.layout_cost import assignment_from_order
+
 
 def random_assignment(devices, n_stages, n_replicas, rng):
     """A uniformly random layout on `devices` (rng: random.Random)."""
@@ -62,3 +66,30 @@ def layout_stats(assignment, net, n_stages, n_replicas):
             "dp_groups_within_region": whole_groups, "dp_groups": n_stages}
 
 
+
+
+@dataclass(frozen=True)
+class SwapCensus:
+    """Every swap of two slots of one layout, priced and none applied: (lower, equal,
+    higher) than the layout's total, for swaps inside one region and across regions."""
+    same_region: tuple
+    cross_region: tuple
+
+    @property
+    def n_swaps(self):
+        return sum(self.same_region) + sum(self.cross_region)
+
+
+def swap_census(cost, layout):
+    """SwapCensus of `layout` under `cost` (a LayoutCost): all n(n-1)/2 swaps. On a
+    region-uniform network a swap inside one region changes nothing (its devices are
+    interchangeable), so only the cross-region swaps tell whether a strict local search
+    can still descend."""
+    state = cost.state(layout)
+    region = cost.net["region"]
+    counts = {True: [0, 0, 0], False: [0, 0, 0]}
+    for i, j in itertools.combinations(range(len(state.order)), 2):
+        total = state.propose(i, j)
+        side = (total > state.total) - (total < state.total) + 1   # 0 lower, 1 equal, 2 higher
+        counts[region[state.order[i]] == region[state.order[j]]][side] += 1
+    return SwapCensus(tuple(counts[True]), tuple(counts[False]))

@@ -34,25 +34,31 @@ from lecture09.geo_network import Network
 PS_PER_S = 10**12   # evaluator time unit: picoseconds, kept as exact Python ints
 
 
-def _cost_tables(net, n_replicas, stage_param_bytes, act_bytes):
+def _cost_tables(net, n_replicas, stage_param_bytes, act_bytes, n_micro_batches=1):
     """Per-device-pair link costs in ps: (dp_rows, pp_rows), nested lists of ints.
 
     dp_rows[d][e] = 2 * (latency + c_DP / (D_DP * bandwidth)) (Eq. 2's term; each bracket is
     alpha_beta.alpha_beta_time_s, the α–β formula of §5),
-    pp_rows[d][e] = 2 * (latency + c_PP / bandwidth) (Eq. 3-4's term); diagonals are 0.
+    pp_rows[d][e] = 2 * n_micro_batches * (latency + c_PP / (n_micro_batches * bandwidth)):
+    Eq. 3-4's term when the replica's batch crosses the cut as M micro-batches, each one
+    message paying the latency once (M = 1 is the paper's formula); diagonals are 0.
     Cached on the network, keyed by the sizes: the draft evaluates 115,000 layouts.
     """
     if n_replicas < 1 or not (stage_param_bytes >= 0 and act_bytes >= 0):
         raise ValueError("need n_replicas >= 1 and non-negative byte counts")
-    key = (n_replicas, float(stage_param_bytes), float(act_bytes))
+    if isinstance(n_micro_batches, bool) or not isinstance(n_micro_batches, int) or n_micro_batches < 1:
+        raise ValueError(f"n_micro_batches must be a positive integer, got {n_micro_batches!r}")
+    key = (n_replicas, float(stage_param_bytes), float(act_bytes), n_micro_batches)
     bandwidth_bps, latency_s = net["bandwidth_bps"], net["latency_s"]
     cache = getattr(net, "_cost_tables", {})
     hit = cache.get(key)
     if hit is not None and hit[0] is bandwidth_bps and hit[1] is latency_s:
         return hit[2]
     tables = []
-    for bits_per_link in (stage_param_bytes * 8 / n_replicas, act_bytes * 8):
-        cost_ps = np.rint(2 * alpha_beta_time_s(bits_per_link, latency_s, bandwidth_bps) * PS_PER_S).astype(np.int64)
+    for messages, bits_per_message in ((1, stage_param_bytes * 8 / n_replicas),
+                                       (n_micro_batches, act_bytes * 8 / n_micro_batches)):
+        seconds = 2 * messages * alpha_beta_time_s(bits_per_message, latency_s, bandwidth_bps)
+        cost_ps = np.rint(seconds * PS_PER_S).astype(np.int64)
         np.fill_diagonal(cost_ps, 0)
         tables.append(cost_ps.tolist())   # plain lists: indexing them beats numpy for 8-element groups
     if isinstance(net, Network):
@@ -121,7 +127,7 @@ def _checked_order(layout, n_stages, n_replicas, n_devices):
     return order
 
 
-def iteration_cost(assignment, net, n_stages, n_replicas, stage_param_bytes, act_bytes):
+def iteration_cost(assignment, net, n_stages, n_replicas, stage_param_bytes, act_bytes, n_micro_batches=1):
     """Communication seconds of one iteration: {"dp": s, "pp": s, "total": s}.
 
     Yuan et al. 2022, Eq. 1-4 (module docstring): "dp" is the slowest stage's
@@ -131,7 +137,7 @@ def iteration_cost(assignment, net, n_stages, n_replicas, stage_param_bytes, act
     """
     if n_stages < 1:
         raise ValueError("need n_stages >= 1")
-    dp_rows, pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes)
+    dp_rows, pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes, n_micro_batches)
     order = _checked_order(assignment, n_stages, n_replicas, len(dp_rows))
     dp, pp = _layout_cost_ps(order, dp_rows, pp_rows, n_stages, n_replicas)
     return {"dp": dp / PS_PER_S, "pp": pp / PS_PER_S, "total": (dp + pp) / PS_PER_S}
@@ -151,12 +157,13 @@ class LayoutCost:
     genetic_search use it when given one; `evaluations` counts every cost computed.
     """
 
-    def __init__(self, net, n_stages, n_replicas, stage_param_bytes, act_bytes):
+    def __init__(self, net, n_stages, n_replicas, stage_param_bytes, act_bytes, n_micro_batches=1):
         if n_stages < 1:
             raise ValueError("need n_stages >= 1")
         self.net, self.n_stages, self.n_replicas = net, n_stages, n_replicas
         self.stage_param_bytes, self.act_bytes = stage_param_bytes, act_bytes
-        self.dp_rows, self.pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes)
+        self.n_micro_batches = n_micro_batches
+        self.dp_rows, self.pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes, n_micro_batches)
         if n_stages * n_replicas > len(self.dp_rows):
             raise ValueError(f"{n_stages} x {n_replicas} slots need more than {len(self.dp_rows)} devices")
         self.evaluations = 0
@@ -201,6 +208,20 @@ class SwapState:
         self.total = max(self.stage_dp) + sum(self.cut_pp)
         self._pending = None
 
+    @property
+    def all_terms(self):
+        """Every member's and every link's cost summed, not only the slowest (ps): a
+        tie-break that sees progress the maxima hide (a group whose members get cheaper
+        while another group is the slowest)."""
+        return sum(map(sum, self.member_sums)) + sum(map(sum, self.links))
+
+    def proposed_all_terms(self):
+        """all_terms after the last proposed swap (computed only when asked: on ties)."""
+        _, _, new_groups, _, new_links, _, _ = self._pending
+        change = sum(sum(sums) - sum(self.member_sums[s]) for s, sums in new_groups)
+        change += sum(sum(links) - sum(self.links[cut]) for cut, links in new_links)
+        return self.all_terms + change
+
     def _group_after(self, stage, replica, new):
         """member_sums of `stage` after slot (stage, replica) gets device `new` (O(D_DP))."""
         group = self.order[stage * self.cost.n_replicas:(stage + 1) * self.cost.n_replicas]
@@ -226,7 +247,7 @@ class SwapState:
         for cut in {s1 - 1, s1, s2 - 1, s2}:   # the cuts on either side of both slots
             if 0 <= cut < len(cut_pp):
                 links = list(self.links[cut])
-                for r in (r1, r2):   # only these two replicas' links can change
+                for r in {r1, r2}:   # only these two replicas' links can change
                     k = cut * n_r + r
                     links[r] = pp_rows[order[k]][order[k + n_r]]
                 new_links.append((cut, links))

@@ -149,7 +149,8 @@ class _CountMatrixSearch:
         return chain
 
 
-def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_rows_priced=3_000_000):
+def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_rows_priced=3_000_000,
+                   n_micro_batches=1):
     """The best layout of a region-uniform network, proven by exhaustive search.
 
     Why the search space is small: when every link depends only on its two regions,
@@ -168,7 +169,7 @@ def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_
     where each region pair takes its cheapest device-pair link (every term can only
     fall); and a search stopped after max_rows_priced candidate rows.
     """
-    dp_rows, pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes)
+    dp_rows, pp_rows = _cost_tables(net, n_replicas, stage_param_bytes, act_bytes, n_micro_batches)
     sizes, region = net["region_sizes"], np.asarray(net["region"])
     if n_stages < 1 or n_stages * n_replicas > len(region):
         raise ValueError(f"{n_stages} x {n_replicas} slots do not fit {len(region)} devices")

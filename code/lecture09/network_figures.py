@@ -23,6 +23,10 @@ FIGURES = {
     "datacenter_latency_ms": Figure(0.1, "ms", "our choice: one data-center hop is 10-100 us; DT-FM's "
                                     "simulated data center uses 0 ms, we keep a small non-zero figure"),
     "spot_gbps": Figure(10.0, "Gbit/s", "Yuan et al. 2022, scenario 2 (spot instances)"),
+    "demo_intra_gbps": Figure(10.0, "Gbit/s", "our choice for code 5's random network: a fast link inside "
+                              "a region (the spot-instance figure); Yuan et al.'s geo scenarios use 2"),
+    "demo_intra_latency_ms": Figure(0.1, "ms", "our choice for code 5's random network: one data-center "
+                                    "hop; Yuan et al.'s geo scenarios use 5 ms"),
     "geo_intra_gbps": Figure(2.0, "Gbit/s", "Yuan et al. 2022, scenarios 4-5: within a region"),
     "geo_intra_latency_ms": Figure(5.0, "ms", "Yuan et al. 2022, scenarios 4-5: within a region"),
     "world_inter_gbps_range": Figure((0.3, 1.3), "Gbit/s", "Yuan et al. 2022, scenario 5 (world-wide)"),
