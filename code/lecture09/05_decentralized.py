@@ -629,7 +629,7 @@ def optimum_observation(setup, r, out):
     second = r.second
     if second is None:
         return
-    s_opt, sm = second.optimum, second.methods
+    s_opt = second.optimum
     name, hand_cost = _hand_best(second)
     if not s_opt.exact or hand_cost is None:
         return

@@ -26,6 +26,9 @@ class OptimumResult:
     note: str             # why the result is a bound, when it is one
 
 
+MAX_CAPACITY_TABLE = 4_000_000   # entries of _CountMatrixSearch's min-DP tables (8 cities of 4: 9 x 390,625)
+
+
 class _SearchBudgetSpent(Exception):
     """optimal_layout priced its max_rows_priced candidate rows without finishing."""
 
@@ -57,6 +60,40 @@ class _CountMatrixSearch:
         self.cheapest_move = off_diagonal.min() if off_diagonal.size else math.inf
         self.all_devices_used = sum(sizes) == n_stages * n_replicas
         self._reach, self._repeat = {}, {}
+        self._tables = self._downward_min_dp()
+
+    def _downward_min_dp(self):
+        """Tables for later_dp_bound, or None when they would be too large. table[a][c] = the
+        cheapest DP of a row that fits capacity c and uses region a (table[K][c]: any row),
+        for every capacity vector c <= sizes, flattened in mixed radix sizes + 1: the rows'
+        DP costs, then a running minimum along each region's axis."""
+        radix = self.sizes + 1
+        k = len(radix)
+        if (k + 1) * np.prod(radix, dtype=float) > MAX_CAPACITY_TABLE:
+            return None
+        self._strides = np.cumprod(np.concatenate(([1], radix[:0:-1])))[::-1]   # (K,): C-order strides
+        index = self.rows @ self._strides
+        tables = np.full((k + 1, int(np.prod(radix))), np.inf)
+        for a in range(k + 1):
+            use = self.rows[:, a] > 0 if a < k else np.ones(len(self.rows), dtype=bool)
+            np.minimum.at(tables[a], index[use], self.row_dp[use])
+            table = tables[a].reshape(radix)
+            for axis in range(k):
+                np.minimum.accumulate(table, axis=axis, out=table)
+        return tables
+
+    def later_dp_bound(self, left):
+        """(M,) lower bounds on the DP of the stages still to choose, for capacities left (M, K).
+        When every device is used, every slot left must go into some later row: a region
+        with capacity left needs a row that uses it, so the bound is the largest over those
+        regions of the cheapest such row. Otherwise: the cheapest row that fits."""
+        if self._tables is None:
+            return np.full(len(left), self.row_dp.min())
+        index = left @ self._strides
+        if not self.all_devices_used:
+            return self._tables[-1][index]
+        per_region = self._tables[:-1][:, index].T   # (M, K)
+        return np.where(left > 0, per_region, 0.0).max(axis=1)
 
     def bottlenecks(self, x, ys):
         """For each row y of ys (M, K): the smallest T such that x's replicas can move to y's
@@ -76,18 +113,41 @@ class _CountMatrixSearch:
         return worst
 
     def later_cuts_bound(self, ys, left, later_cuts):
-        """Lower bounds on the cuts after each row of ys: either every later row repeats it
-        (possible only if the capacity left allows), or some cut moves a replica."""
+        """Lower bounds on the later_cuts cuts after each row y of ys (M, K), capacity `left`.
+
+        A cut costs only about cheapest_link when its two rows are equal (no replica changes
+        region), else at least cheapest_move. So count the moves the capacity forces: y can
+        repeat at most t times (t * y fits `left`), any later row z at most R times in a run
+        (R * z fits); the rows after y's run then need ceil((later_cuts - t) / R) runs, one
+        move before each. If y can repeat to the end, that costs later_cuts x its own stay
+        (or a move instead). And the next cut must reach regions with capacity left."""
         if later_cuts == 0:
             return np.zeros(len(ys))
-        bound = np.full(len(ys), (later_cuts - 1) * self.cheapest_link + self.cheapest_move)
-        repeats = later_cuts * ys == left if self.all_devices_used else later_cuts * ys <= left
-        for i in np.flatnonzero(repeats.all(axis=1)):
+        cl, cm = self.cheapest_link, self.cheapest_move
+        # The next cut: a replica in region a must go to a region with capacity left.
+        reach = np.where(left[:, None, :] > 0, self.pp_cost[None, :, :], np.inf).min(axis=2)   # (M, K)
+        forced = np.where(ys > 0, reach, 0.0).max(axis=1) + (later_cuts - 1) * cl
+        repeats = np.where(ys > 0, left // np.maximum(ys, 1), later_cuts).min(axis=1)   # t per row
+        if self.all_devices_used:   # repeating to the end must fill what is left exactly
+            to_end = (later_cuts * ys == left).all(axis=1)
+        else:
+            to_end = repeats >= later_cuts
+        repeats = np.where(to_end, later_cuts, np.minimum(repeats, later_cuts - 1))
+        run = np.ones(len(ys))
+        if self._tables is not None:
+            for times in range(2, later_cuts + 1):   # a row fits `times` times into what is left
+                fits = np.isfinite(self._tables[-1][(left // times) @ self._strides])
+                run = np.where(fits, times, run)
+        else:
+            run[:] = later_cuts
+        moves = np.ceil((later_cuts - repeats) / run)
+        bound = (later_cuts - moves) * cl + moves * cm
+        for i in np.flatnonzero(to_end):
             key = tuple(ys[i])
             if key not in self._repeat:
                 self._repeat[key] = self.bottlenecks(ys[i], ys[i:i + 1])[0]
-            bound[i] = min(bound[i], later_cuts * self._repeat[key])
-        return bound
+            bound[i] = min(later_cuts * self._repeat[key], (later_cuts - 1) * cl + cm)
+        return np.maximum(bound, forced)
 
     def run(self, budget):
         """(best total, its rows, finished, lower bound) after at most `budget` priced rows."""
@@ -121,7 +181,8 @@ class _CountMatrixSearch:
         ys = self.rows[fitting]
         new_dp = np.maximum(self.row_dp[fitting], dp)
         new_pp = pp + (self.bottlenecks(chosen[-1], ys) if chosen else np.zeros(len(ys)))
-        bound = (np.maximum(new_dp, self.row_dp.min()) + new_pp
+        later = self.n_stages - 1 - len(chosen)
+        bound = (np.maximum(new_dp, self.later_dp_bound(capacity - ys) if later else 0.0) + new_pp
                  + self.later_cuts_bound(ys, capacity - ys, self.n_stages - 1 - len(chosen)))
         order = np.argsort(bound, kind="stable")
         for rank, i in enumerate(order):
