@@ -179,7 +179,7 @@ def _stage_order_search(state, cost):
 
 
 def genetic_search(cost, seed, population=6, max_evaluations=100_000, local_iters=1000,
-                   region_aware=True, gather_rate=0.3):
+                   region_aware=True, gather_rate=0.2):
     """Yuan et al.'s scheduler in small: a hybrid genetic algorithm after Kang & Moon (2000).
 
     cost: a LayoutCost (the incremental swap evaluator). A population of random layouts,

@@ -12,6 +12,7 @@ found by name (METHOD_NAMES), never by position.
 
 import random
 import statistics
+import time
 from dataclasses import dataclass
 
 from lecture09 import dist_sim
@@ -45,6 +46,7 @@ class Instance:
     strict_long_runs: tuple     # s: strict restarts given the sideways budget (same starts)
     census: "dist_sim.SwapCensus"   # every swap of the strict search's best layout
     optimum: "dist_sim.OptimumResult"
+    optimum_s: float            # wall-clock seconds of the branch and bound (varies; stderr only)
 
     def gap(self, name):
         """How much a method's cost exceeds the optimum (or the lower bound), as a fraction."""
@@ -134,11 +136,12 @@ def study_instance(setup, net, global_batch, step=lambda text: None):
                                                    region_aware=region_aware))
         best = min(results, key=lambda g: g.cost)
         methods[name] = Method(best.cost, best.assignment, tuple(g.cost for g in results))
-    step(f"batch {global_batch}：所有交换 every swap，最优分配 optimum（分支定界 branch and bound）")
+    step(f"batch {global_batch}：所有交换 every swap、最优分配 optimum")
     census = dist_sim.swap_census(cost, methods["strict"].layout)
+    started = time.perf_counter()
     optimum = dist_sim.optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
                                       n_micro_batches=setup.n_micro_batches)
     return Instance(global_batch, act_bytes, cost, methods,
                     tuple(dist_sim.layout_stats(a, net, setup.n_stages, setup.n_replicas) for a in randoms),
                     random_costs, tuple(strict_traces), tuple(sideways_traces), strict_long,
-                    census, optimum)
+                    census, optimum, time.perf_counter() - started)
