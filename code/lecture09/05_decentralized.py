@@ -9,8 +9,9 @@ compressing what workers send.
     (2) 压缩要传的数据（gradient compression）。
 
     演示 1（demo 1）：32 张卡分在 4 个地区，把 4 个流水线阶段 × 8 个数据并行副本的任务分给它们。
-      随机分配、两种手工分配、局部搜索（严格 / 允许持平）、Yuan et al. 的遗传算法，
+      随机分配、两种手工分配、局部搜索（严格 / 允许持平）、Yuan et al. 的遗传算法（看地区 / 不看地区），
       以及可以证明的最优分配（proven optimum）：每种方法离最优有多远？比数据中心慢多少？
+      两个实例：全局 batch 1024（--global-batch）和 256（--second-batch）。
     演示 2（demo 2）：在第 1 讲的小 GPT 上做 4 个工作者的数据并行，每个工作者的梯度先压缩再"发送"：
       fp16、int8、top-1%、只发符号，有没有误差反馈（error feedback）；配 AdamW + 裁剪，以及普通 SGD；
       每一行和不压缩相比的配对差（paired difference），--seeds N 时给出种子之间的范围。
@@ -32,7 +33,8 @@ compressing what workers send.
 前向精度 --precision auto：CPU 有 bf16 硬件（AVX512-BF16 或 AMX）就用 bf16 混合精度，否则 fp32。
 演示 1 是纯算术，在任何机器上逐位相同；演示 2 的 bits/字符 随 CPU 和种子变（讲义 7.7 节：差多少、为什么）。
 用时（elapsed）打印到 stderr。
-需要 (needs): numpy、torch；本目录的 dist_sim.py、compression.py、compressed_dp.py；code/lecture01 的
+需要 (needs): numpy、torch；本目录的 dist_sim.py（及其各部分 network_figures、geo_network、layout_cost、
+hand_layouts、layout_search、layout_optimum）、schedule_study.py、compression.py、compressed_dp.py；code/lecture01 的
 fm_world.py、tiny_gpt.py、console.py、cli_args.py。从随机初始化开始训练，不读也不写第 1 讲的缓存。
 """
 
@@ -247,8 +249,8 @@ class EndToEnd:
     dc_total_s: float           # data center: compute + communication
     optimum_s: float            # geo: compute + the optimum's (or best heuristic's) communication
     random_s: float             # geo: compute + the random layouts' mean communication
-    paper_comm_s: float         # the optimum's communication with the paper's setting inside a region
-    paper_exact: bool
+    paper_comm_s: float | None  # the optimum's communication with the paper's setting inside a region
+    paper_exact: bool           # (None / False on a measured preset: it has the paper's setting already)
     presets: tuple = ()         # (name, the optimum's communication s, exact) per measured preset
 
     @property
@@ -448,11 +450,11 @@ def end_to_end(setup, main, dc_comm_s):
     compute = ideal / (1 - setup.bubble_fraction)
     opt = main.optimum
     comm = opt.cost if opt.exact else min(m.cost for m in main.methods.values() if m.cost is not None)
-    paper_geo, _ = build_networks(setup, intra=(setup.paper_intra_gbps, setup.paper_intra_latency_ms))
-    paper = dist_sim.optimal_layout(paper_geo, setup.n_stages, setup.n_replicas, setup.stage_param_bytes,
-                                    setup.act_bytes, n_micro_batches=setup.n_micro_batches)
-    presets = []
-    if setup.network == "random":   # the measured networks beside ours, same job and compute
+    paper, presets = None, []
+    if setup.network == "random":   # the paper's setting and the measured networks beside ours
+        paper_geo, _ = build_networks(setup, intra=(setup.paper_intra_gbps, setup.paper_intra_latency_ms))
+        paper = dist_sim.optimal_layout(paper_geo, setup.n_stages, setup.n_replicas, setup.stage_param_bytes,
+                                        setup.act_bytes, n_micro_batches=setup.n_micro_batches)
         for name, make in dist_sim.PRESETS.items():
             net = make()
             if len(net["region"]) == setup.n_gpus:
@@ -460,7 +462,8 @@ def end_to_end(setup, main, dc_comm_s):
                                                setup.act_bytes, n_micro_batches=setup.n_micro_batches)
                 presets.append((name, best.cost, best.exact))
     return EndToEnd(ideal, compute, compute + dc_comm_s, compute + comm,
-                    compute + main.methods["random_mean"].cost, paper.cost, paper.exact, tuple(presets))
+                    compute + main.methods["random_mean"].cost, paper and paper.cost, bool(paper and paper.exact),
+                    tuple(presets))
 
 
 def print_end_to_end(setup, e, exact, out):
