@@ -68,6 +68,7 @@ def test_genetic_search_and_the_second_instance(demo1_output):
     assert says(demo1_output, "每个种子 20,000 次代价计算（持平局部搜索 5 次重启一共 100,000 次）")
     assert says(demo1_output, "第二个实例 batch 256：最优 15.87 秒，两种手工分配都不是最优（最好的 18.31 秒，高出 15.4%）")
     assert says(demo1_output, "阶段依次经过 R2 → R3 → R1 → R0")
+    assert says(demo1_output, "手工分配和'不看地区'的搜索在这里都不够")
     assert says(demo1_output, "检查了 165 个候选行") and says(demo1_output, "检查了 1,768 个候选行")
 
 

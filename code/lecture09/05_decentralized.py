@@ -651,7 +651,7 @@ def optimum_observation(setup, r, out):
     second = r.second
     if second is None:
         return
-    s_opt = second.optimum
+    s_opt, sm = second.optimum, second.methods
     name, hand_cost = _hand_best(second)
     if not s_opt.exact or hand_cost is None:
         return
@@ -668,8 +668,14 @@ def optimum_observation(setup, r, out):
                      "（Yuan et al. 把这个顺序写成开放路径的旅行商问题 open-loop TSP）")
     gaps = "、".join(f"{label} {_pct(second.gap(key))}" for key, label in
                     (("strict", "严格"), ("sideways", "持平"), ("genetic", "遗传"), ("genetic_blind", "不看地区的遗传")))
+    if second.reaches_optimum(sm["genetic"].cost) and not second.reaches_optimum(sm["genetic_blind"].cost):
+        verdict = "手工分配和'不看地区'的搜索在这里都不够；要有证明过的最优，才知道谁到了、谁还差多少。"
+    elif second.reaches_optimum(sm["genetic"].cost):
+        verdict = "要有证明过的最优，才知道谁到了、谁还差多少。"
+    else:
+        verdict = "这里连遗传算法也没到；没有证明过的最优，就不会知道还差多少。"
     out(f"    第二个实例 batch {second.global_batch}：最优 {s_opt.cost:.2f} 秒，{what}。各方法离最优：{gaps}。"
-        "手工分配和'不看地区'的搜索在这里都不够，要靠证明过的最优才知道还差多少。")
+        + verdict)
 
 
 def end_to_end_observation(setup, r, out):
