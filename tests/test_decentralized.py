@@ -59,7 +59,8 @@ def test_measured_network_preset_runs(capsys):
                                   ["--seeds", "0"], ["--seeds", "11"], ["--precision", "fp16"], ["--net-seed", "-1"],
                                   ["--global-batch", "30000000"], ["--inter-gbps", "1e300", "1e300"],
                                   ["--intra-gbps", "1e-300"], ["--inter-latency-ms", "1e308", "1e308"],
-                                  ["--sgd-momentum", "1"],
+                                  ["--sgd-momentum", "1"], ["--second-batch", "3"], ["--micro-batches", "0"],
+                                  ["--micro-batches", "65"], ["--intra-latency-ms", "-1"], ["--global-batch", "16"],
                                   ["--inter-latency-ms", "5", "nan"], ["--genetic-budget", "10"]])
 def test_nonsense_flags_exit_with_status_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
