@@ -15,11 +15,13 @@ def test_quick_run_of_both_demos(capsys):
     out = capsys.readouterr().out
     assert "演示 1" in out and "演示 2" in out and out.count("观察 Observations") == 2
     d1 = results["demo1"]
-    opt = d1["optimum"]
-    assert opt.exact
-    heuristics = [c for _, c in d1["rows"] if c is not None]
-    assert all(opt.cost <= c + 1e-9 for c in heuristics)     # nothing beats the proven optimum
-    assert len(d1["random_costs"]) == code5.QUICK_SCHEDULE["n_random"]
+    for inst in (d1.main, d1.second):
+        opt = inst.optimum
+        assert opt.exact
+        heuristics = [m.cost for m in inst.methods.values() if m.cost is not None]
+        assert all(opt.cost <= c + 1e-9 for c in heuristics)     # nothing beats the proven optimum
+        assert len(inst.random_costs) == code5.QUICK_SCHEDULE["n_random"]
+    assert list(d1.main.methods) == list(code5.schedule_study.METHOD_NAMES)
     rows = results["demo2"]
     assert list(rows) == [run.key for run in code5.TABLE_A + code5.TABLE_B]
     assert rows[("adamw", "fp16", False)].results[0].bytes_per_element == 2.0
@@ -48,7 +50,7 @@ def test_quick_run_is_deterministic(capsys):
 def test_measured_network_preset_runs(capsys):
     results = code5.main(["--quick", "--demo", "1", "--network", "aws-world"])
     assert "aws-world" in capsys.readouterr().out
-    assert results["demo1"]["hand"]["dp_groups_in_regions"] is None   # 8 cities of 4 cannot hold a DP group of 8
+    assert results["demo1"].main.methods["dp_groups_in_regions"].cost is None   # 8 cities of 4 cannot hold a DP group of 8
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--topk-ratio", "0"], ["--topk-ratio", "1.5"],
@@ -57,7 +59,8 @@ def test_measured_network_preset_runs(capsys):
                                   ["--seeds", "0"], ["--seeds", "11"], ["--precision", "fp16"], ["--net-seed", "-1"],
                                   ["--global-batch", "30000000"], ["--inter-gbps", "1e300", "1e300"],
                                   ["--intra-gbps", "1e-300"], ["--inter-latency-ms", "1e308", "1e308"],
-                                  ["--sgd-momentum", "1"],
+                                  ["--sgd-momentum", "1"], ["--second-batch", "3"], ["--micro-batches", "0"],
+                                  ["--micro-batches", "65"], ["--intra-latency-ms", "-1"], ["--global-batch", "16"],
                                   ["--inter-latency-ms", "5", "nan"], ["--genetic-budget", "10"]])
 def test_nonsense_flags_exit_with_status_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -137,7 +140,7 @@ def test_progress_goes_to_stderr_and_leaves_stdout_unchanged(capsys):
     lines = log.getvalue().splitlines()
     for search in ("随机分配", "严格局部搜索", "持平局部搜索", "遗传算法", "最优分配"):
         assert any(search in line for line in lines), search
-    assert sum("重启 restart" in line for line in lines) == 2 * setup.restarts
+    assert sum("重启 restart" in line for line in lines) == 2 * 2 * setup.restarts   # two searches, two instances
     assert "\n" not in terminal.getvalue() and terminal.getvalue().endswith("\r")
     assert terminal.getvalue().rsplit("\r", 2)[-2].strip() == ""          # the status line is erased
     assert not any("搜索中" in line for line in outputs[0].splitlines())
@@ -182,7 +185,7 @@ def test_demo1_observation_2_follows_the_printed_numbers(argv, capsys):
             assert winner in reached
         else:
             assert "但两种都不是最优" in flat and f"最优分配{optimum:.2f}秒" in flat
-            stats = code5.dist_sim.layout_stats(result["optimum"].assignment, result["geo"], 4, 8)
+            stats = code5.dist_sim.layout_stats(result.main.optimum.assignment, result.geo, 4, 8)
             assert (f"{stats['pipeline_links_within_region']}/{stats['pipeline_links']}条流水线边在地区内、"
                     f"{stats['dp_groups_within_region']}/{stats['dp_groups']}个数据并行组整组在一个地区") in flat
             like_dp = stats["dp_groups_within_region"] == stats["dp_groups"]
@@ -199,7 +202,7 @@ def test_demo1_observation_2_follows_the_printed_numbers(argv, capsys):
 def test_inter_gbps_5_10_says_the_optimum_keeps_data_parallel_groups_together(capsys):
     """The issue's case: the cheaper hand layout keeps pipelines in regions, the optimum
     keeps every data-parallel group in one region; the observation says so."""
-    code5.main(["--quick", "--demo", "1", "--inter-gbps", "5", "10"])
+    code5.main(["--quick", "--demo", "1", "--inter-gbps", "5", "10", "--micro-batches", "1"])   # one message per cut
     flat = re.sub(r"\s+", "", capsys.readouterr().out)
     assert "把流水线留在地区内、让数据并行跨地区更好。但两种都不是最优" in flat
     assert "4/4个数据并行组整组在一个地区" in flat and "会选错把什么留在地区内" in flat

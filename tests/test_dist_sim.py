@@ -21,13 +21,14 @@ def demo_network():
                            inter_latency_ms_range=(10, 250), seed=0)
 
 
-def total(assignment, net, n_stages=N_STAGES, n_replicas=N_REPLICAS, sizes=SIZES):
-    return ds.iteration_cost(assignment, net, n_stages, n_replicas, *sizes)["total"]
+def total(assignment, net, n_stages=N_STAGES, n_replicas=N_REPLICAS, sizes=SIZES, micro_batches=1):
+    return ds.iteration_cost(assignment, net, n_stages, n_replicas, *sizes, micro_batches)["total"]
 
 
-def brute_force(net, n_stages, n_replicas, sizes):
+def brute_force(net, n_stages, n_replicas, sizes, micro_batches=1):
     """The best total over every assignment of devices to slots."""
-    return min(total(ds.assignment_from_order(list(order), n_replicas), net, n_stages, n_replicas, sizes)
+    return min(total(ds.assignment_from_order(list(order), n_replicas), net, n_stages, n_replicas, sizes,
+                     micro_batches)
                for order in itertools.permutations(range(net.n_devices), n_stages * n_replicas))
 
 
@@ -280,11 +281,12 @@ def test_crossover_keeps_whole_units_and_every_device_once():
 def test_optimum_equals_brute_force(sizes, n_stages, n_replicas, seed):
     net = ds.make_network(sizes, intra_gbps=10, inter_gbps_range=(0.3, 1.3),
                           inter_latency_ms_range=(10, 250), seed=seed)
-    for job_sizes in (SIZES, (SIZES[0] * 20, SIZES[1] / 20)):   # pipeline-heavy, then DP-heavy
-        best = ds.optimal_layout(net, n_stages, n_replicas, *job_sizes)
+    for job_sizes, micro in ((SIZES, 1), ((SIZES[0] * 20, SIZES[1] / 20), 1), (SIZES, 3)):
+        # pipeline-heavy, DP-heavy, and 3 micro-batches (each cut pays 3 latencies)
+        best = ds.optimal_layout(net, n_stages, n_replicas, *job_sizes, n_micro_batches=micro)
         assert best.exact and best.kind == "optimum"
-        assert best.cost == pytest.approx(brute_force(net, n_stages, n_replicas, job_sizes), abs=1e-9)
-        rebuilt = total(best.assignment, net, n_stages, n_replicas, job_sizes)
+        assert best.cost == pytest.approx(brute_force(net, n_stages, n_replicas, job_sizes, micro), abs=1e-9)
+        rebuilt = total(best.assignment, net, n_stages, n_replicas, job_sizes, micro)
         assert rebuilt == best.cost == best.assignment_cost
         assert best.dp + best.pp == pytest.approx(best.cost, abs=1e-9)
 
@@ -300,11 +302,23 @@ def test_lower_bound_on_an_uneven_network():
 
 
 def test_stopped_search_gives_a_lower_bound():
-    net = ds.make_network([4, 4, 4, 4, 4], 10, (0.3, 1.3), (10, 250), seed=0)
-    full = ds.optimal_layout(net, 4, 5, *SIZES)
-    stopped = ds.optimal_layout(net, 4, 5, *SIZES, max_rows_priced=0)   # one dive's worth of rows
+    net = ds.aws_world_network()   # 8 cities of 4: 5,475 possible rows, a search of ~400k rows
+    full = ds.optimal_layout(net, 4, 8, *SIZES)
+    stopped = ds.optimal_layout(net, 4, 8, *SIZES, max_rows_priced=0)   # one dive's worth of rows
     assert full.exact and not stopped.exact and stopped.kind == "lower bound" and "stopped" in stopped.note
     assert stopped.cost < full.cost <= stopped.assignment_cost
+
+
+def test_the_world_network_is_proven_well_within_the_row_budget():
+    """Issue 10: the bounds (capacity-forced moves, every region left needs a row) keep the
+    branch and bound on the 8-city network far from its 3 M-row budget, at every batch the
+    demo shows and with micro-batches (rows priced are deterministic; no timing here)."""
+    net = ds.aws_world_network()
+    for global_batch, micro_batches, most_rows in ((1024, 1, 600_000), (1024, 4, 500_000), (64, 4, 700_000)):
+        best = ds.optimal_layout(net, 4, 8, STAGE_BYTES, 2048 * 2048 * 2 * global_batch // 8,
+                                 n_micro_batches=micro_batches)
+        assert best.exact and best.rows_priced < most_rows, (global_batch, micro_batches, best.rows_priced)
+    assert round(ds.optimal_layout(net, 4, 8, *SIZES).cost, 2) == 48.56   # Yuan et al.'s batch, M = 1
 
 
 def test_optimum_beats_every_heuristic_on_the_demo_instance():
@@ -319,3 +333,90 @@ def test_optimum_beats_every_heuristic_on_the_demo_instance():
     heuristics.append(ds.local_search(ds.random_assignment(range(32), 4, 8, rng), cost, rng, 3000, True)[1])
     heuristics.append(ds.genetic_search(cost, 1, population=4, max_evaluations=8000, local_iters=500).cost)
     assert all(best.cost <= h for h in heuristics)
+
+
+# --- issue 10: micro-batches, swap census, search traces, the genetic search's parts ---
+
+def test_micro_batches_pay_the_latency_once_per_message_by_hand():
+    """M micro-batches: each cut costs 2 × (M α + c_PP / β); DP is unchanged (Eq. 2)."""
+    net = ds.make_network([4], intra_gbps=25, inter_gbps_range=(25, 25), inter_latency_ms_range=(0.1, 0.1),
+                          seed=0, intra_latency_ms=0.1)
+    layout = ds.assignment_from_order(list(range(4)), 2)   # 2 stages x 2 replicas, one cut
+    for m in (1, 4):
+        cost = ds.iteration_cost(layout, net, 2, 2, *SIZES, m)
+        assert cost["pp"] == pytest.approx(2 * (m * 1e-4 + ACT_BYTES * 8 / 25e9), abs=1e-12)
+        assert cost["dp"] == pytest.approx(2 * (1e-4 + STAGE_BYTES * 8 / (2 * 25e9)), abs=1e-12)
+    with pytest.raises(ValueError):
+        ds.iteration_cost(layout, net, 2, 2, *SIZES, 0)
+
+
+def test_swap_census_counts_every_swap_and_same_region_swaps_change_nothing():
+    net = demo_network()
+    cost = ds.LayoutCost(net, N_STAGES, N_REPLICAS, *SIZES)
+    layout = ds.random_assignment(range(32), N_STAGES, N_REPLICAS, random.Random(3))
+    census = ds.swap_census(cost, layout)
+    assert census.n_swaps == 32 * 31 // 2
+    assert sum(census.same_region) == 4 * (8 * 7 // 2)                 # pairs inside each region of 8
+    assert census.same_region[0] == census.same_region[2] == 0        # interchangeable devices
+    brute = [0, 0, 0]
+    base, order = cost(layout), cost.order_of(layout)
+    for i, j in itertools.combinations(range(32), 2):
+        if net["region"][order[i]] != net["region"][order[j]]:
+            swapped = list(order)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            c = cost(swapped)
+            brute[(c > base) - (c < base) + 1] += 1
+    assert tuple(brute) == census.cross_region
+
+
+def test_search_trace_counts_what_the_search_accepted():
+    net = demo_network()
+    cost = ds.LayoutCost(net, N_STAGES, N_REPLICAS, *SIZES)
+    start = ds.random_assignment(range(32), N_STAGES, N_REPLICAS, random.Random(1))
+    trace = ds.SearchTrace(net["region"])
+    _, best = ds.local_search(start, cost, random.Random(2), 3000, True, trace=trace)
+    assert trace.improvements >= 1 and trace.ties_same_region > 0
+    assert trace.improvements_after_ties <= trace.improvements
+    strict = ds.SearchTrace(net["region"])
+    ds.local_search(start, cost, random.Random(2), 3000, False, trace=strict)
+    assert strict.ties_same_region == strict.ties_cross_region == 0 < strict.improvements
+
+
+def test_tie_break_sum_matches_a_recomputation():
+    net = demo_network()
+    cost = ds.LayoutCost(net, N_STAGES, N_REPLICAS, *SIZES)
+    state = cost.state(ds.random_assignment(range(32), N_STAGES, N_REPLICAS, random.Random(5)))
+    rng = random.Random(6)
+    for _ in range(300):
+        i, j = rng.sample(range(32), 2)
+        state.propose(i, j)
+        expected = state.proposed_all_terms()
+        state.accept()
+        assert state.all_terms == expected == cost.state(state.order).all_terms
+
+
+def test_gather_and_region_blind_crossover_keep_every_device_once():
+    from lecture09.layout_search import _gather
+    net = demo_network()
+    rng = random.Random(0)
+    order = cost_order = list(range(32))
+    rng.shuffle(order)
+    gathered = _gather(order, 2, N_REPLICAS, net["region"], rng)
+    assert sorted(gathered) == list(range(32))
+    assert len({net["region"][d] for d in gathered[16:24]}) == 1      # stage 2 now in one region of 8
+    other = cost_order[::-1]
+    child = ds._crossover(order, other, N_STAGES, N_REPLICAS, net["region"], rng, region_aware=False)
+    assert sorted(child) == list(range(32))
+
+
+def test_region_aware_genetic_search_reaches_the_optimum_where_the_blind_one_does_not():
+    """Batch 64 on the demo network: the optimum gathers every DP group in a region; two
+    swaps cannot get there, the group move can (issue 10, item 3). Deterministic seeds."""
+    net = demo_network()
+    sizes = (STAGE_BYTES, 2048 * 2048 * 2 * 64 // 8)
+    cost = ds.LayoutCost(net, N_STAGES, N_REPLICAS, *sizes)
+    best = ds.optimal_layout(net, N_STAGES, N_REPLICAS, *sizes)
+    aware = [ds.genetic_search(cost, seed, max_evaluations=40000).cost for seed in range(3)]
+    blind = [ds.genetic_search(cost, seed, max_evaluations=40000, region_aware=False).cost for seed in range(3)]
+    assert sum(c == pytest.approx(best.cost, abs=1e-12) for c in aware) >= 2
+    assert all(c > best.cost * 1.5 for c in blind)
