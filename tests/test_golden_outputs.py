@@ -32,6 +32,15 @@ GOLDENS = [
            tolerant=(r"loss", r"bits/字符"), mask=ELAPSED),
     Golden("lecture09_03_memory_zero", "code/lecture09/03_memory_zero.py", ("--quick",), mask=ELAPSED),
     Golden("lecture09_04_pipeline", "code/lecture09/04_pipeline.py", ("--quick",), mask=ELAPSED),
+    # demo 1 is arithmetic (exact); demo 2's rows and observations carry trained figures, and
+    # their words (better / worse / the same) follow the figures, so only a tolerance would
+    # let a kernel difference through: fp32 and a tolerance of 0.05 bits per char
+    Golden("lecture09_05_decentralized", "code/lecture09/05_decentralized.py", ("--quick", "--fp32"),
+           tolerant=(r"bits/字符", r"Δ", r"误差反馈", r"压缩"), mask=ELAPSED),
+    Golden("lecture09_06_swarm_http", "code/lecture09/06_swarm_http.py", ("--steps", "6", "--workers", "2"),
+           tolerant=(r"bpc", r"loss", r"损失"), mask=ELAPSED),
+    Golden("lecture09_07_compression_beyond", "code/lecture09/07_compression_beyond.py", ("--quick", "--fp32"),
+           tolerant=(r"bits/字符", r"Δ", r"loss", r"\|"), mask=ELAPSED),
 ]
 
 
