@@ -802,7 +802,7 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     t = setup.train
     print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
                  f"batch {t.recipe.batch_size} = {t.n_workers} × {t.recipe.batch_size // t.n_workers}）")
-    out(f"模型：第 1 讲的 BASE_CONFIG（{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
+    out(f"模型：第 1 讲的小 GPT（lecture_model.MODEL_CONFIG，{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
         f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
     out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
         f"验证集 bits/字符越低越好")
