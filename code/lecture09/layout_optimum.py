@@ -210,7 +210,7 @@ class _CountMatrixSearch:
         return chain
 
 
-def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_rows_priced=3_000_000,
+def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_rows_priced=10_000_000,
                    n_micro_batches=1):
     """The best layout of a region-uniform network, proven by exhaustive search.
 
