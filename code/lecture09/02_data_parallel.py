@@ -191,7 +191,6 @@ def references(setup):
     """The two single-process answers: the whole batch, and W accumulated micro-batches."""
     from lecture09 import data_parallel
     from lecture01 import tiny_gpt
-    from lecture09.lecture_model import MODEL_CONFIG
     dps = dp_setup(setup)
     print(f"（单进程参考：整批次和 {setup.world_size} 个微批次的梯度累积 reference runs...）", file=sys.stderr, flush=True)
     train_tokens, _ = tiny_gpt.load_world_tokens(dps.world_seed)
@@ -365,7 +364,6 @@ def parse_args(argv=None):
 def main(argv=None):
     args, setup = parse_args(argv)
     from lecture01 import tiny_gpt                      # imports torch: after parsing, so --help and bad flags are fast
-    from lecture09.lecture_model import MODEL_CONFIG
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()
     demos = ("1", "2") if args.demo == "all" else (args.demo,)

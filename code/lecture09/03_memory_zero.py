@@ -306,7 +306,6 @@ def run_demo3(real, out=print_wrapped):
 def run_demo4(real, out=print_wrapped):
     from lecture09 import gloo_ranks
     from lecture01 import tiny_gpt
-    from lecture09.lecture_model import MODEL_CONFIG
     from lecture09 import zero
 
     run = zero.ZeroRun(steps=real.steps, batch_size=real.batch_size, model_seed=real.model_seed,
@@ -428,7 +427,6 @@ def main(argv=None):
         print()
     if args.demo in ("3", "4", "all"):
         from lecture01 import tiny_gpt
-        from lecture09.lecture_model import MODEL_CONFIG
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("3", "all"):
         results["demo3"] = run_demo3(real)

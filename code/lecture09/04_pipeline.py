@@ -524,7 +524,6 @@ def main(argv=None):
         print()
     if args.demo in ("2", "3", "all"):
         from lecture01 import tiny_gpt
-        from lecture09.lecture_model import MODEL_CONFIG
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
         results["demo2"] = run_demo2(real)

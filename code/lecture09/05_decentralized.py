@@ -40,7 +40,6 @@ fm_world.py、tiny_gpt.py、console.py、cli_args.py。从随机初始化开始�
 
 import argparse
 import math
-import random
 import statistics
 import sys
 import time
@@ -52,12 +51,10 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-
 from lecture09 import dist_sim, schedule_study
 from lecture01.cli_args import (run_main, add_precision_arguments, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
-from lecture01.console import display_width, histogram_lines, pad, print_header, print_table, print_wrapped
+from lecture01.console import StatusLine, histogram_lines, pad, print_header, print_table, print_wrapped
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -211,35 +208,22 @@ class Progress:
     """Demo 1's search progress, on stderr only (stdout is never touched).
 
     The rule: progress is written only while demo 1 searches, which is after its network
-    table and before its results table, so it never lands between the rows of a table. On
-    a terminal it is one status line, rewritten with "\r" and erased (done()) before the
-    results print; anywhere else (a pipe, a log file) one line per step.
+    table and before its results table, so it never lands between the rows of a table. It
+    is a console.StatusLine: on a terminal one line, rewritten with "\r" and erased (done())
+    before the results print; anywhere else (a pipe, a log file) one line per step.
     """
 
     def __init__(self, stream=None):
-        self.stream = sys.stderr if stream is None else stream
-        self.tty = getattr(self.stream, "isatty", lambda: False)()
-        self.shown = 0                  # display width of the status line now on the terminal
+        self.status = StatusLine(stream, min_interval_s=0, log_interval_s=0)   # every step shown
         self.started = None             # the clock starts at the first step
 
     def step(self, text):
-        sys.stdout.flush()              # what stdout has printed so far appears first
         if self.started is None:
             self.started = time.perf_counter()
-        line = f"  演示 1 搜索中 searching（{time.perf_counter() - self.started:.1f} 秒）：{text}"
-        if self.tty:
-            width = display_width(line)
-            self.stream.write("\r" + line + " " * max(0, self.shown - width))
-            self.shown = width
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self.status.show(f"  演示 1 搜索中 searching（{time.perf_counter() - self.started:.1f} 秒）：{text}")
 
     def done(self):
-        if self.tty and self.shown:
-            self.stream.write("\r" + " " * self.shown + "\r")
-            self.stream.flush()
-            self.shown = 0
+        self.status.clear()
 
 
 @dataclass(frozen=True)
