@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from golden_compare import Golden, differences
+from lecture01.console import LINE_WIDTH, display_width
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
@@ -54,6 +55,8 @@ def run_quick(golden):
 @pytest.mark.parametrize("golden", GOLDENS, ids=lambda g: g.name)
 def test_quick_output_matches_golden(golden):
     output = run_quick(golden)
+    too_wide = [line for line in output.splitlines() if display_width(line) > LINE_WIDTH]
+    assert not too_wide, too_wide[:3]           # a projector shows 100 columns (CJK counts two)
     path = GOLDEN_DIR / f"{golden.name}.txt"
     if os.environ.get("GOLDEN_UPDATE") == "1":
         path.write_text(output, encoding="utf-8")
