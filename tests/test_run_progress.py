@@ -43,3 +43,20 @@ def test_progress_shows_steps_in_a_pool_and_in_process_with_the_same_results():
     lines = log.getvalue().splitlines()
     assert lines and all("个运行完成" in line for line in lines)
     assert any("/12 步" in line for line in lines)       # a run seen while it trained
+
+
+def _own_niceness(_):
+    import os
+    return os.nice(0)
+
+
+def test_pool_workers_train_at_a_lower_cpu_priority_than_the_parent():
+    import multiprocessing
+    import os
+    import pytest
+    if not hasattr(os, "nice"):
+        pytest.skip("no process niceness on this platform")
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1, initializer=cdp._start_worker, initargs=([0],)) as pool:
+        worker = pool.map(_own_niceness, [None])[0]
+    assert worker == min(os.nice(0) + cdp.WORKER_NICENESS, 19)
