@@ -108,18 +108,13 @@ def wait_until_group_has(proc, n_processes, timeout_s=60):
 
 
 def press_ctrl_c(proc, timeout_s=60):
-    """Send SIGINT to the group; return (status, stdout, stderr, processes left after 10 s)."""
+    """Send SIGINT to the group; return (status, stdout, stderr, processes left when the
+    script has exited). No grace period: run_main stops even the stdlib's resource tracker."""
     import os
     import signal
-    import time
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=timeout_s)
-    left = group_processes(proc.pid)
-    deadline = time.time() + 10
-    while left and time.time() < deadline:   # the stdlib's resource tracker exits just after
-        time.sleep(0.2)
-        left = group_processes(proc.pid)
-    return proc.returncode, out, err, left
+    return proc.returncode, out, err, group_processes(proc.pid)
 
 
 def interrupt_when_ranks_run(argv, n_ranks, timeout_s=60):

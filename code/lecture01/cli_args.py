@@ -100,4 +100,29 @@ def run_main(main, failures=()):
     except failures as error:
         print(f"错误 error: {error}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        stop_resource_tracker()
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def stop_resource_tracker():
+    """Stop multiprocessing's resource tracker now, if this process started one.
+
+    A "spawn" pool or process starts it (a helper process that unlinks semaphores left
+    behind); on its own it ends only after the script has exited, on this machine up to
+    2 s later, so the shell prompt (or a tool that checks the process group) would find
+    a process still running. Multiprocessing's own exit clean-up runs first: it joins the
+    children and unregisters every semaphore, so the tracker has nothing left to do, and
+    nothing after it would start a new one. Both are private calls of the standard
+    library, hence the guard: if they change, the tracker just ends a moment later.
+    """
+    import sys
+
+    util, tracker = sys.modules.get("multiprocessing.util"), sys.modules.get("multiprocessing.resource_tracker")
+    if util is None or tracker is None:
+        return
+    try:
+        util._exit_function()        # what atexit would run: finalizers, children joined
+        tracker._resource_tracker._stop()
+    except (AttributeError, OSError, ChildProcessError):
+        pass

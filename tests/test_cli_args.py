@@ -1,0 +1,70 @@
+"""lecture01.cli_args.run_main, every script's last line: exit statuses, one line on Ctrl-C,
+and no process left once the script has exited."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lecture01.cli_args import run_main
+
+
+class PartFailed(Exception):
+    pass
+
+
+def exit_status(main, capsys, failures=()):
+    with pytest.raises(SystemExit) as stopped:
+        run_main(main, failures)
+    return stopped.value.code, capsys.readouterr().err
+
+
+def test_an_int_from_main_is_the_exit_status_and_anything_else_is_0(capsys):
+    assert exit_status(lambda: 3, capsys)[0] == 3
+    assert exit_status(lambda: {"rows": 1}, capsys)[0] == 0
+
+
+def test_ctrl_c_is_one_line_and_status_130(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+    status, err = exit_status(interrupted, capsys)
+    assert status == 130 and err.strip() == "已中断 interrupted (Ctrl-C)"
+
+
+def test_a_listed_failure_is_one_line_and_status_1_and_others_propagate(capsys):
+    def failing():
+        raise PartFailed("rank 2 died")
+    status, err = exit_status(failing, capsys, failures=(PartFailed,))
+    assert status == 1 and err.strip() == "错误 error: rank 2 died"
+    with pytest.raises(PartFailed):
+        run_main(failing)
+
+
+SPAWNING_SCRIPT = textwrap.dedent("""
+    import multiprocessing
+    from lecture01.cli_args import run_main
+
+    def main():
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return 0 if pool.map(abs, [-2]) == [2] else 1
+
+    if __name__ == "__main__":
+        run_main(main)
+""")
+
+
+def test_a_script_that_spawned_a_pool_leaves_no_process_when_it_exits(tmp_path):
+    """A spawn pool starts multiprocessing's resource tracker, which on its own outlives the
+    script by up to ~2 s; run_main stops it, so the group is empty the moment we look."""
+    from conftest import group_processes
+    script = tmp_path / "spawns.py"
+    script.write_text(SPAWNING_SCRIPT, encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, cwd=tmp_path)
+    status = proc.wait(timeout=120)
+    left = group_processes(proc.pid)
+    err = proc.stderr.read().decode()
+    assert status == 0, err
+    assert not left, f"processes left behind: {left}"
+    assert "leaked" not in err
