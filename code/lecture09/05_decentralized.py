@@ -51,8 +51,8 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import dist_sim, schedule_study
-from lecture01.cli_args import (run_main, add_precision_arguments, float_in, int_in, non_negative_int, positive_float,
+from lecture09 import dist_sim, schedule_study, training_flags
+from lecture01.cli_args import (run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 from lecture01.console import StatusLine, histogram_lines, pad, print_header, print_table, print_wrapped
 
@@ -169,8 +169,7 @@ QUICK_OVERRIDES = {"steps": "steps", "random_layouts": "n_random", "restarts": "
                    "genetic_budget": "genetic_budget"}
 # Demo 2's flag defaults: compressed_dp.TrainSetup's and Seeds' defaults and CompressionSetup's,
 # written out so that --help needs no torch (tests/test_decentralized.py checks they agree).
-DEMO2_DEFAULTS = dict(steps=300, topk_ratio=0.01, sgd_lr=0.3, sgd_momentum=0.0, model_seed=0, data_seed=1,
-                      seeds=1, jobs=2)
+DEMO2_DEFAULTS = dict(training_flags.DEFAULTS, topk_ratio=0.01, sgd_lr=0.3, sgd_momentum=0.0)
 BACKENDS = ("sim", "gloo")       # demo 2's engine: compressed_dp's simulation, or real ranks (gloo_dp.py)
 # Flag ranges: wide enough for any real network and job, narrow enough that the
 # picosecond arithmetic of dist_sim stays exact (int64) and the searches finish.
@@ -178,7 +177,6 @@ GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
 LATENCY_MS = float_in(0, 1e4)            # up to 10 s
 MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64            # each cut then pays the latency 64 times per direction
-MAX_SEEDS = 10                   # --seeds: 10 seed pairs x 10 rows = 100 runs, about 8 minutes on 2 cores
 
 
 # =============================================================================
@@ -953,24 +951,15 @@ def parse_args(argv=None):
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default %(default)s)")
     g2 = p.add_argument_group("演示 2 demo 2")
-    g2.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 (default %(default)s)")
+    training_flags.add_training_arguments(g2, d)
     g2.add_argument("--topk-ratio", type=ratio, default=d["topk_ratio"], help="top-k 保留的比例 (default %(default)s)")
     g2.add_argument("--sgd-lr", type=positive_float, default=d["sgd_lr"],
                     help="表 (b) SGD 的学习率 SGD learning rate (default %(default)s)")
     g2.add_argument("--sgd-momentum", type=float_in(0, 1, high_open=True), default=d["sgd_momentum"],
                     help="表 (b) SGD 的动量 momentum, 0 = 普通 SGD (default %(default)s)")
-    g2.add_argument("--model-seed", type=non_negative_int, default=d["model_seed"],
-                    help="模型初始化的种子 model init seed (default %(default)s)")
-    g2.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
-                    help="数据顺序的种子 data order seed (default %(default)s)")
-    g2.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=d["seeds"],
-                    help="每行训练几组种子，打印平均和范围；第 k 组 = (模型+k, 数据+k) "
-                         "(seed pairs per row, default %(default)s)")
-    g2.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
     g2.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
                     help="sim: 在一个进程里模拟工作者；gloo: 每个工作者一个真的 torch.distributed 进程（DDP + 通信钩子，"
                          "慢得多，--jobs 不再起作用）(default %(default)s)")
-    add_precision_arguments(g2)
     args = p.parse_args(argv)
     for name in ("inter_gbps", "inter_latency_ms"):
         lo, hi = getattr(args, name)

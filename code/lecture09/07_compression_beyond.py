@@ -36,16 +36,15 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture01.cli_args import (add_precision_arguments, float_in, int_in, non_negative_int, positive_int,  # noqa: E402
-                                precision_from_args, run_main)
+from lecture01.cli_args import float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
+from lecture09 import training_flags  # noqa: E402
 
 # Flag defaults, written out so that --help needs no torch (tests check they agree with
 # compressed_dp.TrainSetup and the settings below).
-DEFAULTS = dict(steps=300, block_size=256, onebit_warmup=0.2, outer_lr=0.7, outer_momentum=0.9, powersgd_ranks=(1, 4), diloco_h=(5, 25, 100),
-                diloco_compressed_h=25, model_seed=0, data_seed=1, seeds=1, jobs=2)
+DEFAULTS = dict(training_flags.DEFAULTS, block_size=256, onebit_warmup=0.2, outer_lr=0.7, outer_momentum=0.9,
+                powersgd_ranks=(1, 4), diloco_h=(5, 25, 100), diloco_compressed_h=25)
 QUICK = dict(steps=12, diloco_h=(2, 6), diloco_compressed_h=6)
-MAX_SEEDS = 10
 CHART_WIDTH, CHART_HEIGHT = 60, 12
 
 
@@ -302,7 +301,6 @@ def parse_args(argv=None):
     d = DEFAULTS
     p = argparse.ArgumentParser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
-    p.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 (default %(default)s)")
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
                    help="按块 int8 每块的分量数 entries per scale (default %(default)s)")
     p.add_argument("--powersgd-ranks", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
@@ -317,14 +315,7 @@ def parse_args(argv=None):
                    help="DiLoCo 外层 Nesterov 动量，0 = 不用动量 (default %(default)s)")
     p.add_argument("--onebit-warmup", type=float_in(0, 1, low_open=True, high_open=True), default=d["onebit_warmup"],
                    help="1-bit Adam 热身（普通 AdamW）占的步数比例 warm-up fraction (default %(default)s)")
-    p.add_argument("--model-seed", type=non_negative_int, default=d["model_seed"],
-                   help="模型初始化的种子 model init seed (default %(default)s)")
-    p.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
-                   help="数据顺序的种子 data order seed (default %(default)s)")
-    p.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=d["seeds"],
-                   help="每一行训练几组种子 seed pairs per row (default %(default)s)")
-    p.add_argument("--jobs", type=positive_int, default=d["jobs"], help="同时训练的进程数 (default %(default)s)")
-    add_precision_arguments(p)
+    training_flags.add_training_arguments(p, d)
     args = p.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
