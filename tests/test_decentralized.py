@@ -91,6 +91,17 @@ def test_ctrl_c_stops_with_one_line_and_no_process_left():
     assert not left, f"processes left behind: {left}"
 
 
+@pytest.mark.parametrize("network", ["aws-world", "aws-regional"])
+def test_demo1_on_the_measured_networks_fits_a_projector(network):
+    """8 places of aws-world make a "bandwidth / latency" table too wide: it is split in two."""
+    from conftest import run_script
+    from lecture01.console import LINE_WIDTH, display_width
+    out = run_script(LECTURE09 / "05_decentralized.py", "--quick", "--demo", "1", "--network", network)
+    wide = [line for line in out.splitlines() if display_width(line) > LINE_WIDTH]
+    assert not wide, wide[:3]
+    assert ("先是带宽 bandwidth" in out) == (network == "aws-world")
+
+
 def test_quick_output_fits_a_projector():
     from conftest import run_script
     from lecture01.console import LINE_WIDTH, display_width

@@ -54,7 +54,8 @@ except ModuleNotFoundError:  # a clone without that install: the toolkit is the 
 from lecture09 import dist_sim, schedule_study, training_flags
 from lecture01.cli_args import (run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
-from lecture01.console import StatusLine, histogram_lines, pad, print_header, print_table, print_wrapped
+from lecture01.console import (LINE_WIDTH, StatusLine, display_width, format_table, histogram_lines, pad,
+                               print_header, print_table, print_wrapped)
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -323,13 +324,31 @@ def print_job_and_network(setup, geo, out):
             f"地点内 {dist_sim.GEO_INTRA_GBPS:g} Gbit/s、{dist_sim.GEO_INTRA_LATENCY_MS:g} ms）")
     out(f"对照：同一个数据中心（data center），{n_gpus} 张卡之间都是 {setup.datacenter_gbps:g} Gbit/s、"
         f"{setup.datacenter_latency_ms:g} ms")
+    print_link_tables(geo, out)
+    out("")
+
+
+def print_link_tables(geo, out):
+    """The links between regions: one table of "bandwidth / latency" cells, or, when that
+    is wider than a projector's line (8 places of --network aws-world), two tables."""
     names = geo["region_names"]
     bw, lat = geo["region_bandwidth_bps"], geo["region_latency_s"]
-    out("地区之间的链路（带宽 Gbit/s / 延迟 ms；对角线是地区内）：")
-    print_table(["地区 region"] + list(names),
-                [(a,) + tuple(f"{bw[i][j] / 1e9:.2f} / {lat[i][j] * 1e3:.1f}" for j in range(len(names)))
-                 for i, a in enumerate(names)])
-    out("")
+    cells = {"both": lambda i, j: f"{bw[i][j] / 1e9:.2f} / {lat[i][j] * 1e3:.1f}",
+             "bandwidth": lambda i, j: f"{bw[i][j] / 1e9:.2f}", "latency": lambda i, j: f"{lat[i][j] * 1e3:.1f}"}
+
+    def table(cell):
+        return format_table(["地区 region"] + list(names),
+                            [(a,) + tuple(cell(i, j) for j in range(len(names))) for i, a in enumerate(names)])
+    combined = table(cells["both"])
+    if max(map(display_width, combined)) <= LINE_WIDTH:
+        out("地区之间的链路（带宽 Gbit/s / 延迟 ms；对角线是地区内）：")
+        tables = [combined]
+    else:
+        out("地区之间的链路：先是带宽 bandwidth（Gbit/s），再是延迟 latency（ms）；对角线是地区内：")
+        tables = [table(cells["bandwidth"]), [""], table(cells["latency"])]
+    for lines in tables:
+        for line in lines:
+            print(line)
 
 
 def print_main_table(setup, inst, dc_comm_s, out):
