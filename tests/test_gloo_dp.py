@@ -1,5 +1,6 @@
 """Demo 2 on real gloo ranks (gloo_dp.py) against the one-process simulation: the same
-seeds give the same losses step by step and the same bits per character."""
+seeds give the same losses step by step, the same bits per character, and (SGD and AdamW
+rows) the same weights on every rank as the simulation computes."""
 
 import pytest
 
@@ -25,3 +26,42 @@ def test_two_gloo_ranks_train_like_the_simulation(run):
         assert real.bytes_per_element == pytest.approx(simulated.bytes_per_element)
     if run.scheme == "int8":
         assert real.zeroed_fraction == pytest.approx(simulated.zeroed_fraction, abs=0.01)
+
+
+def _flat_weights(model):
+    import torch
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+# After 2 steps (the second uses the first's error-feedback memory). The registry's schemes
+# were bit-identical here (max |difference| 0); the tolerance leaves room for another
+# machine's kernels. PyTorch's fp16 hook divides by W before rounding to fp16 and sums in
+# fp16, the simulation rounds each worker's gradient and sums in fp32: measured 3.7e-5, and
+# bounded by lr x steps x fp16's rounding of the largest gradient entry.
+@pytest.mark.parametrize("run, tolerance", [(cdp.Run("不压缩", "sgd", "none"), 1e-6),
+                                            (cdp.Run("int8", "sgd", "int8"), 1e-6),
+                                            (cdp.Run("topk EF", "sgd", "topk", True), 1e-6),
+                                            (cdp.Run("sign EF", "sgd", "sign", True), 1e-6),
+                                            (cdp.Run("int8 AdamW", "adamw", "int8"), 1e-6),
+                                            (cdp.Run("fp16", "sgd", "fp16"), 2e-4)],
+                         ids=["none", "int8", "topk-EF", "sign-EF", "int8-AdamW", "fp16-torch-hook"])
+def test_every_gloo_rank_holds_the_weights_the_simulation_computes(run, tolerance, monkeypatch):
+    """The averaged gradient itself, not only the loss: weights after SGD steps are the
+    initial weights minus lr times the averaged gradients, so they expose any entry the
+    real all-reduce averages differently. Both ranks must also hold identical weights."""
+    from lecture01 import tiny_gpt
+    from lecture09 import gloo_dp
+    setup = cdp.replace(cdp.TrainSetup(), n_workers=2).with_steps(2)
+    simulated = {}
+    finish_run = cdp.finish_run
+
+    def keep_weights(run_, seeds, model, *rest):
+        simulated["weights"] = _flat_weights(model)
+        return finish_run(run_, seeds, model, *rest)
+    monkeypatch.setattr(cdp, "finish_run", keep_weights)
+    cdp.train_run(run, cdp.Seeds(), setup)
+    rank0, rank1 = gloo_dp.trained_weights(run, cdp.Seeds(), setup)
+    initial = _flat_weights(tiny_gpt.make_model(setup.model, seed=cdp.Seeds().model))
+    assert rank0.equal(rank1)                                          # DDP keeps the replicas identical
+    assert float((rank0 - initial).abs().max()) > 1e-3                 # the steps did move the weights
+    assert float((rank0 - simulated["weights"]).abs().max()) <= tolerance

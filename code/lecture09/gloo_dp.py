@@ -90,9 +90,10 @@ def _register(ddp, run, setup, world_size, count_zeros):
     return lambda steps: (state.wire_bytes, state.zeros, state.entries)
 
 
-def rank_worker(rank, world_size, run, seeds, setup):
+def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
     """One rank's training; rank 0 returns (bpc, losses, wire bytes per step, zeros, entries):
-    bytes and zeros are rank 0's own (the simulation averages the zero fraction over workers)."""
+    bytes and zeros are rank 0's own (the simulation averages the zero fraction over workers).
+    keep_weights: every rank returns its trained weights instead, (n_params,) fp32."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -124,6 +125,8 @@ def rank_worker(rank, world_size, run, seeds, setup):
         diverged = False
     except cdp.Diverged:
         diverged = True
+    if keep_weights:
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     if rank:
         return None
     bpc = math.nan if diverged else tiny_gpt.bits_per_char(model, val_data)
@@ -145,6 +148,12 @@ def train_run(run, seeds, setup, timeout_s=3600):
     return cdp.RunResult(run=run, seeds=seeds, bpc=bpc, bytes_per_element=wire_bytes / n_params,
                          zeroed_fraction=zeros / entries if entries else 0.0, diverged=diverged,
                          steps_done=len(losses), seconds=time.perf_counter() - started, losses=tuple(losses))
+
+
+def trained_weights(run, seeds, setup, timeout_s=600):
+    """Each rank's weights after training, flat in the model's parameter order: the check
+    that real DDP ranks stay identical and hold what the simulation computes."""
+    return run_ranks(rank_worker, setup.n_workers, args=(run, seeds, setup, True), timeout_s=timeout_s)
 
 
 def _model_shapes(setup):
