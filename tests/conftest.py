@@ -124,3 +124,10 @@ def interrupt_when_ranks_run(argv, n_ranks, timeout_s=60):
     wait_until_group_has(proc, 1 + n_ranks, timeout_s)
     status, _, err, left = press_ctrl_c(proc, timeout_s)
     return status, err, left
+
+
+def other_precision():
+    """The forward precision that --precision auto does *not* pick on this machine ("bf16" or
+    "fp32"): a second kernel path, the nearest thing to a student's laptop a test has."""
+    from lecture01.tiny_gpt import resolve_precision
+    return "bf16" if resolve_precision("auto") == "fp32" else "fp32"

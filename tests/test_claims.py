@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from conftest import LECTURE09, ROOT, decimals_in, notes_section, run_script
+from conftest import LECTURE09, ROOT, decimals_in, notes_section, other_precision, run_script
 
 LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 
@@ -34,11 +34,6 @@ TOLERANCE_BPC = 0.01        # compressed_dp.DELTA_TOLERANCE_BPC: what the observ
 pytestmark = pytest.mark.slow
 
 
-def _other_precision():
-    from lecture01 import tiny_gpt
-    return "fp32" if tiny_gpt.resolve_precision("auto") == "bf16" else "bf16"
-
-
 @pytest.fixture(scope="module")
 def code5_output():
     return run_script(LECTURE09 / "05_decentralized.py")
@@ -49,7 +44,7 @@ def code5_runs(code5_output):
     """Demo 2 three ways: default, the other forward precision, another seed pair."""
     return {"default": code5_output,
             "other precision": run_script(LECTURE09 / "05_decentralized.py", "--demo", "2",
-                                          "--precision", _other_precision()),
+                                          "--precision", other_precision()),
             "second seed": run_script(LECTURE09 / "05_decentralized.py", "--demo", "2",
                                       "--model-seed", "1", "--data-seed", "2")}
 

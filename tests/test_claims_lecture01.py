@@ -22,7 +22,7 @@ import re
 
 import pytest
 
-from conftest import LECTURE01, ROOT, decimals_in, run_script
+from conftest import LECTURE01, ROOT, decimals_in, other_precision, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -56,13 +56,6 @@ PERSON_HITS_MAX = 3       # "almost never right" for answers that are people: 0 
 # Running the scripts and reading their output
 # ---------------------------------------------------------------------------
 
-def _other_precision_flags():
-    """Flags for the precision that --precision auto does *not* pick on this machine."""
-    from lecture01.tiny_gpt import resolve_precision
-
-    return ["--precision", "bf16"] if resolve_precision("auto") == "fp32" else ["--fp32"]
-
-
 @pytest.fixture(scope="module")
 def outputs():
     """stdout of every run, keyed by name. 3000-step runs: default and other seeds; 300-step
@@ -71,7 +64,7 @@ def outputs():
             "default": run_script(TRAIN_SCRIPT, "--no-cache"),
             "seed1": run_script(TRAIN_SCRIPT, "--no-cache", "--seed", "1", "--data-seed", "2"),
             "short_auto": run_script(TRAIN_SCRIPT, "--no-cache", "--steps", "300"),
-            "short_other": run_script(TRAIN_SCRIPT, "--no-cache", "--steps", "300", *_other_precision_flags())}
+            "short_other": run_script(TRAIN_SCRIPT, "--no-cache", "--steps", "300", "--precision", other_precision())}
     return runs
 
 
