@@ -71,16 +71,26 @@ def test_words_follow_the_numbers(quick_run):
     assert _flat(f"“{table[fastest][0].label}”（{costs[fastest][1]:.2f}秒）") in flat
 
 
-def test_table_d_prices_each_row_with_dist_sim():
-    code5 = code7._code5()
-    s = code5.ScheduleSetup()
+def test_table_d_prices_each_row_with_demo_1s_cost_model():
+    """Table (d) is demo 1's job on demo 1's network and cost model: M micro-batches per cut,
+    compute with GPipe's bubble, the optimum demo 1 proves for fp16 traffic."""
+    from lecture09 import dist_sim
+    from lecture09.schedule_setup import ScheduleSetup, build_networks
+    s = ScheduleSetup()
     keys = {"fp16": 2.0, "half": 1.0}
     costs, dc_total, compute_s, _ = code7.slow_network_costs(keys, {"fp16": 1, "half": 2})
-    geo, _ = code5.build_networks(s)
-    from lecture09 import dist_sim
-    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes)
+    geo, dc = build_networks(s)
+    m, p = s.n_micro_batches, s.n_stages
+    by_hand_s = 6 * s.n_params * s.seq_len * s.global_batch / (s.n_gpus * s.gpu_peak_flops * s.gpu_utilisation)
+    assert compute_s == pytest.approx(by_hand_s * (m + p - 1) / m)
+    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
+                                      n_micro_batches=m)
     # fp16 bytes on the optimal layout: exactly demo 1's optimum plus compute
     assert costs["fp16"][1] == pytest.approx(compute_s + optimum.cost)
+    identity = dist_sim.assignment_from_order(list(range(s.n_gpus)), s.n_replicas)
+    dc_comm = dist_sim.iteration_cost(identity, dc, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
+                                      n_micro_batches=m)["total"]
+    assert dc_total == pytest.approx(compute_s + dc_comm)
     # one byte per parameter every other step = two bytes once per two steps: half the exchange
     assert costs["half"][0] == pytest.approx(costs["fp16"][0] / 2)
     assert dc_total < costs["fp16"][1]

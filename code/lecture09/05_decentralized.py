@@ -34,7 +34,7 @@ compressing what workers send.
 演示 1 是纯算术，在任何机器上逐位相同；演示 2 的 bits/字符 随 CPU 和种子变（讲义 7.7 节：差多少、为什么）。
 用时（elapsed）打印到 stderr。
 需要 (needs): numpy、torch；本目录的 dist_sim.py（及其各部分 network_figures、geo_network、layout_cost、
-hand_layouts、layout_search、layout_optimum）、schedule_study.py、compression.py、compressed_dp.py；code/lecture01 的
+hand_layouts、layout_search、layout_optimum）、schedule_setup.py、schedule_study.py、compression.py、compressed_dp.py；code/lecture01 的
 fm_world.py、tiny_gpt.py、console.py、cli_args.py。从随机初始化开始训练，不读也不写第 1 讲的缓存。
 """
 
@@ -52,6 +52,7 @@ except ModuleNotFoundError:  # a clone without that install: the toolkit is the 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lecture09 import dist_sim, schedule_study, training_flags
+from lecture09.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
 from lecture01.cli_args import (run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 from lecture01.console import (LINE_WIDTH, StatusLine, display_width, format_table, histogram_lines, pad,
@@ -91,64 +92,9 @@ def __getattr__(name):
 
 
 # =============================================================================
-# Settings a student may change (flags below override them)
+# Settings a student may change (flags below override them). Demo 1's job and network
+# are lecture09/schedule_setup.py's ScheduleSetup (code 7's table (d) prices the same job).
 # =============================================================================
-
-@dataclass(frozen=True)
-class ScheduleSetup:
-    """Demo 1: the job, the network, the search budgets (the draft's parameters)."""
-    n_stages: int = 4                 # pipeline stages (流水线阶段)
-    n_replicas: int = 8               # data-parallel replicas (数据并行副本)
-    n_params: float = 1.3e9           # GPT-3 XL size, as in Yuan et al.'s experiments
-    seq_len: int = 2048
-    hidden: int = 2048
-    global_batch: int = 1024          # sequences per iteration (Yuan et al.'s batch)
-    second_batch: int = 256           # a second instance: same network, this batch; 0 = none
-    n_micro_batches: int = 4          # GPipe micro-batches per replica batch (M)
-    network: str = "random"           # "random", or a measured preset: dist_sim.PRESETS
-    region_sizes: tuple = (8, 8, 8, 8)
-    intra_gbps: float = dist_sim.FIGURES["demo_intra_gbps"].value           # inside a region
-    intra_latency_ms: float = dist_sim.FIGURES["demo_intra_latency_ms"].value
-    inter_gbps_range: tuple = dist_sim.FIGURES["world_inter_gbps_range"].value   # Yuan et al.'s world-wide
-    inter_latency_ms_range: tuple = dist_sim.FIGURES["world_inter_latency_ms_range"].value
-    paper_intra_gbps: float = dist_sim.GEO_INTRA_GBPS             # Yuan et al.'s setting within a region,
-    paper_intra_latency_ms: float = dist_sim.GEO_INTRA_LATENCY_MS  # shown beside ours
-    net_seed: int = 0
-    datacenter_gbps: float = dist_sim.DATACENTER_GBPS       # reference: one region of 32
-    datacenter_latency_ms: float = dist_sim.DATACENTER_LATENCY_MS
-    n_random: int = 200               # random layouts
-    restarts: int = 5                 # local-search restarts, and genetic-search seeds
-    strict_iters: int = 3000          # proposals per strict local search
-    sideways_iters: int = 20000       # proposals per sideways local search
-    genetic_budget: int = 20000       # evaluations per genetic run: a fifth of the 5 x 20000 the sideways restarts use together
-    genetic_population: int = 6
-    genetic_local_iters: int = 1000
-    gpu_peak_flops: float = dist_sim.V100_FP16_PEAK_FLOPS   # V100 fp16 tensor cores
-    gpu_utilisation: float = 0.4      # a typical fraction of peak for large-model training
-    histogram_bins: int = 16
-
-    @property
-    def n_gpus(self):
-        return self.n_stages * self.n_replicas
-
-    @property
-    def stage_param_bytes(self):
-        """One stage's fp16 gradient: what its data-parallel group exchanges."""
-        return self.n_params * 2 / self.n_stages
-
-    def act_bytes_at(self, global_batch):
-        """fp16 activations one replica sends across one stage cut per iteration."""
-        return self.seq_len * self.hidden * 2 * (global_batch // self.n_replicas)
-
-    @property
-    def act_bytes(self):
-        return self.act_bytes_at(self.global_batch)
-
-    @property
-    def bubble_fraction(self):
-        """GPipe's idle fraction (P - 1) / (M + P - 1) (§3.3): P stages, M micro-batches."""
-        return (self.n_stages - 1) / (self.n_micro_batches + self.n_stages - 1)
-
 
 @dataclass(frozen=True)
 class CompressionSetup:
@@ -183,25 +129,6 @@ MAX_MICRO_BATCHES = 64            # each cut then pays the latency 64 times per 
 # =============================================================================
 # Demo 1: scheduling on a heterogeneous network
 # =============================================================================
-
-def build_networks(setup, intra=None):
-    """(geo network, data-center reference with the same number of GPUs). intra: (Gbit/s, ms)
-    inside a region instead of the setup's, for the paper's setting beside ours."""
-    intra_gbps, intra_ms = intra or (setup.intra_gbps, setup.intra_latency_ms)
-    if setup.network == "random":
-        geo = dist_sim.make_network(list(setup.region_sizes), intra_gbps=intra_gbps,
-                                    inter_gbps_range=setup.inter_gbps_range,
-                                    inter_latency_ms_range=setup.inter_latency_ms_range, seed=setup.net_seed,
-                                    intra_latency_ms=intra_ms)
-    else:
-        geo = dist_sim.PRESETS[setup.network]()
-    n = len(geo["region"])
-    dc = dist_sim.make_network([n], intra_gbps=setup.datacenter_gbps,
-                               inter_gbps_range=(setup.datacenter_gbps, setup.datacenter_gbps),
-                               inter_latency_ms_range=(setup.datacenter_latency_ms, setup.datacenter_latency_ms),
-                               seed=0, intra_latency_ms=setup.datacenter_latency_ms)
-    return geo, dc
-
 
 class Progress:
     """Demo 1's search progress, on stderr only (stdout is never touched).
@@ -447,9 +374,7 @@ def print_second_instance(setup, main, second, geo, out):
 
 def end_to_end(setup, main, dc_comm_s):
     """EndToEnd of the main instance, and the paper's setting inside a region beside ours."""
-    flops = 6 * setup.n_params * setup.seq_len * setup.global_batch
-    ideal = flops / (setup.n_gpus * setup.gpu_peak_flops * setup.gpu_utilisation)
-    compute = ideal / (1 - setup.bubble_fraction)
+    ideal, compute = setup.compute_ideal_s, setup.compute_s
     opt = main.optimum
     comm = opt.cost if opt.exact else min(m.cost for m in main.methods.values() if m.cost is not None)
     paper, presets = None, []
@@ -469,7 +394,7 @@ def end_to_end(setup, main, dc_comm_s):
 
 
 def print_end_to_end(setup, e, exact, out):
-    flops = 6 * setup.n_params * setup.seq_len * setup.global_batch
+    flops = setup.flops_per_iteration
     m, p = setup.n_micro_batches, setup.n_stages
     out(f"\n加上计算：每次迭代 6 × 参数 × token = {flops:.2e} FLOPs，{setup.n_gpus} 张 V100 按 fp16 峰值 "
         f"{setup.gpu_peak_flops / 1e12:.0f} TFLOP/s 的 {setup.gpu_utilisation:.0%} 算，每张卡都不停时 "
@@ -502,9 +427,7 @@ def run_demo1(setup, out=print_wrapped, progress=None):
         raise SystemExit(f"error: the network has {len(geo['region'])} GPUs, the job needs "
                          f"{setup.n_stages} x {setup.n_replicas} = {n_gpus}")
     print_job_and_network(setup, geo, out)
-    dc_comm_s = dist_sim.LayoutCost(dc, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, setup.act_bytes,
-                                    setup.n_micro_batches)(dist_sim.assignment_from_order(list(range(n_gpus)),
-                                                                                          setup.n_replicas))
+    dc_comm_s = datacenter_comm_s(setup, dc)
     t0 = time.perf_counter()
     # From here to the results table nothing goes to stdout: the progress window (Progress).
     main = schedule_study.study_instance(setup, geo, setup.global_batch, progress.step)

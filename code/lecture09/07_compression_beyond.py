@@ -20,11 +20,10 @@ and what each buys on demo 1's slow network.
     python3 code/lecture09/07_compression_beyond.py --powersgd-ranks 1 2 4 --diloco-h 10 50
     python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，几秒钟（测试用）
 需要 (needs): torch、numpy；本目录的 compressed_dp.py、compression*.py、powersgd.py、onebit_adam.py、
-local_sgd.py、dist_sim.py 和 05_decentralized.py（演示 1 的网络设定）。用时打印到 stderr。
+local_sgd.py、dist_sim.py 和 schedule_setup.py（演示 1 的任务和网络）。用时打印到 stderr。
 """
 
 import argparse
-import importlib.util
 import math
 import sys
 import time
@@ -142,40 +141,28 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
 # Table (d): what the bytes buy on demo 1's network
 # =============================================================================
 
-def _code5():
-    """Demo 1's settings live in code 5 (05_decentralized.py): loaded from its file, so its
-    network and job are read, not restated."""
-    path = Path(__file__).with_name("05_decentralized.py")
-    spec = importlib.util.spec_from_file_location("code5_for_code7", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
     """{key: (dp_s, total_s, pp_s)} per row, the data center's total, compute s, demo 1's settings.
 
-    The 1.3B model's data-parallel exchange with `bytes_per_param` instead of demo 1's
-    fp16 (2 bytes), on demo 1's proven-optimal layout (found for fp16 traffic); a row that
-    talks every H steps pays its exchange once per H iterations."""
+    Demo 1's job and cost model (schedule_setup: M micro-batches, compute with GPipe's
+    bubble), its 1.3B model's data-parallel exchange with `bytes_per_param` instead of
+    demo 1's fp16 (2 bytes), on demo 1's proven-optimal layout (found for fp16 traffic); a
+    row that talks every H steps pays its exchange once per H iterations."""
     from lecture09 import dist_sim
-    code5 = _code5()
-    s = code5.ScheduleSetup()
-    geo, dc = code5.build_networks(s)
-    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes)
-    compute_s = 6 * s.n_params * s.seq_len * s.global_batch / (s.n_gpus * s.gpu_peak_flops * s.gpu_utilisation)
-    dc_layout = dist_sim.assignment_from_order(list(range(s.n_gpus)), s.n_replicas)
-    dc_total = compute_s + dist_sim.iteration_cost(dc_layout, dc, s.n_stages, s.n_replicas, s.stage_param_bytes,
-                                                   s.act_bytes)["total"]
+    from lecture09.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
+    s = ScheduleSetup()
+    geo, dc = build_networks(s)
+    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
+                                      n_micro_batches=s.n_micro_batches)
+    dc_total = s.compute_s + datacenter_comm_s(s, dc)
     costs = {}
     for key, bytes_per_param in bytes_per_param_by_key.items():
         h = sync_every_by_key[key]
         stage_bytes = s.n_params * bytes_per_param * h / s.n_stages    # one exchange carries H steps' worth
-        c = dist_sim.iteration_cost(optimum.assignment, geo, s.n_stages, s.n_replicas, stage_bytes, s.act_bytes)
+        c = s.layout_cost(geo, stage_bytes).breakdown(optimum.assignment)
         dp_s = c["dp"] / h
-        costs[key] = (dp_s, compute_s + c["pp"] + dp_s, c["pp"])
-    return costs, dc_total, compute_s, s
+        costs[key] = (dp_s, s.compute_s + c["pp"] + dp_s, c["pp"])
+    return costs, dc_total, s.compute_s, s
 
 
 def print_table_d(table, out=print_wrapped):
@@ -183,7 +170,9 @@ def print_table_d(table, out=print_wrapped):
     bytes_by_key = {k: table[k][1][0].bytes_per_element for k in keys}
     costs, dc_total, compute_s, s = slow_network_costs(bytes_by_key, {k: table[k][0].sync_every for k in keys})
     print_header(f"表 (d)：用在演示 1 的 {s.n_params / 1e9:.1f}B 模型上（{s.n_gpus} 张卡，演示 1 的最优分配）")
-    out(f"每次迭代 = 计算 {compute_s:.1f} 秒 + 流水线通信 + 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
+    out(f"每次迭代 = 计算 {compute_s:.1f} 秒（其中 GPipe 气泡 {compute_s - s.compute_ideal_s:.1f} 秒，"
+        f"M = {s.n_micro_batches}，和演示 1 一样）+ 流水线通信 "
+        f"+ 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
         f"即 2 字节/参数）。对照：数据中心、fp16、{dc_total:.1f} 秒/迭代")
     widths = (31, 10, 11, 9, 11, 8, 10)
     out(pad("做法", widths[0]) + pad("字节/参数", widths[1], ">") + pad("数据并行 s", widths[2], ">")
@@ -284,7 +273,8 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
         f"H = {h} {d(key)}，每次迭代 {costs[key][1]:.2f} 秒（数据中心的 {costs[key][1] / dc_total:.2f} 倍）"
         for h in settings.diloco_h for key in [("diloco", "none", False, h)]) + "。")
     base_total = costs[("adamw", "none", False)][1]
-    big_width = _code5().ScheduleSetup().hidden      # the 1.3B model's hidden size in demo 1
+    from lecture09.schedule_setup import ScheduleSetup
+    big_width = ScheduleSetup().hidden      # the 1.3B model's hidden size in demo 1
     best_key = min(costs, key=lambda k: costs[k][1])
     out(f" 结论：在演示 1 的网络上每步发 fp32 的 AdamW 每次迭代 {base_total:.2f} 秒；最快的一行是"
         f"“{table[best_key][0].label}”（{costs[best_key][1]:.2f} 秒），它的 bits/字符{d(best_key)}。"

@@ -95,8 +95,8 @@ def _best_of(runs):
 
 
 def study_instance(setup, net, global_batch, step=lambda text: None):
-    """Every method of §7.3 on one instance; `setup` gives the job and the budgets (code 5's
-    ScheduleSetup), `step(text)` reports progress (stderr in code 5)."""
+    """Every method of §7.3 on one instance; `setup` gives the job and the budgets (a
+    schedule_setup.ScheduleSetup), `step(text)` reports progress (stderr in code 5)."""
     act_bytes = setup.act_bytes_at(global_batch)
     cost = dist_sim.LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
                                setup.n_micro_batches)
