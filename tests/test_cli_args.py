@@ -41,6 +41,17 @@ def test_a_listed_failure_is_one_line_and_status_1_and_others_propagate(capsys):
         run_main(failing)
 
 
+def test_run_main_inside_a_program_that_goes_on_leaves_its_multiprocessing_alone(capsys):
+    """The tracker is stopped at exit only: a caller that catches SystemExit (pytest) can
+    still start pools afterwards."""
+    import multiprocessing
+    import multiprocessing.util
+    exit_status(lambda: 0, capsys)
+    assert not multiprocessing.util._exiting
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(abs, [-3]) == [3]
+
+
 SPAWNING_SCRIPT = textwrap.dedent("""
     import multiprocessing
     from lecture01.cli_args import run_main

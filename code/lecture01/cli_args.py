@@ -90,8 +90,12 @@ def run_main(main, failures=()):
     the run failed" (e.g. gloo_ranks.RankFailed): one line, status 1, no traceback.
     An int returned by main() is the exit status.
     """
+    import atexit
     import sys
 
+    # At exit, not here: a caller that goes on after SystemExit (a test) keeps its pools.
+    atexit.unregister(stop_resource_tracker)
+    atexit.register(stop_resource_tracker)
     try:
         status = main()
     except KeyboardInterrupt:
@@ -100,8 +104,6 @@ def run_main(main, failures=()):
     except failures as error:
         print(f"错误 error: {error}", file=sys.stderr)
         sys.exit(1)
-    finally:
-        stop_resource_tracker()
     sys.exit(status if isinstance(status, int) else 0)
 
 
@@ -115,6 +117,8 @@ def stop_resource_tracker():
     children and unregisters every semaphore, so the tracker has nothing left to do, and
     nothing after it would start a new one. Both are private calls of the standard
     library, hence the guard: if they change, the tracker just ends a moment later.
+    run_main registers this with atexit; whichever of the two exit handlers runs first,
+    the stdlib's clean-up runs once and before the tracker stops.
     """
     import sys
 
