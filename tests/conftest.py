@@ -83,12 +83,20 @@ def main_quietly(main, argv):
 
 # --- Ctrl-C as a terminal sends it: SIGINT to the script's whole process group ----------
 
+def as_from_a_terminal():
+    """preexec_fn for a child started as a shell starts it: SIGINT at its default and not
+    blocked, whatever this (long-running pytest) process's own SIGINT state has become."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def start_in_own_group(path, *args, cwd=None):
     """Start a script as a student would, in its own process group (so the test can press
     Ctrl-C on the group, and find every process the script started)."""
     import subprocess
     return subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, cwd=cwd)
+                            text=True, start_new_session=True, cwd=cwd, preexec_fn=as_from_a_terminal)
 
 
 def group_processes(pgid):

@@ -427,8 +427,9 @@ def _interrupt(proc, wait_s=60):
 def _start(*argv):
     import subprocess
     import sys
+    from conftest import as_from_a_terminal
     return subprocess.Popen([sys.executable, str(SCRIPT), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, cwd=ROOT)
+                            text=True, start_new_session=True, cwd=ROOT, preexec_fn=as_from_a_terminal)
 
 
 def test_ctrl_c_in_the_default_run_stops_with_one_line_and_no_process_left():
