@@ -60,7 +60,7 @@ def test_words_follow_the_numbers(quick_run):
     table, flat = results["table"], _flat(out)
     one, block = table[("adamw", "int8", False)][1], table[("adamw", "int8-block", False)][1]
     assert _flat(f"从{one[0].zeroed_fraction:.1%}（整个向量一个缩放因子）变成{block[0].zeroed_fraction:.1%}") in flat
-    from lecture09.compressed_dp import DELTA_TOLERANCE_BPC as tol
+    from lecture09.compress.compressed_dp import DELTA_TOLERANCE_BPC as tol
     for key in table:
         delta = table[key][2][0]
         if key[0] == "adamw" and key[1] == "powersgd":
@@ -75,7 +75,7 @@ def test_table_d_prices_each_row_with_demo_1s_cost_model():
     """Table (d) is demo 1's job on demo 1's network and cost model: M micro-batches per cut,
     compute with GPipe's bubble, the optimum demo 1 proves for fp16 traffic."""
     from lecture09 import dist_sim
-    from lecture09.schedule_setup import ScheduleSetup, build_networks
+    from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks
     s = ScheduleSetup()
     keys = {"fp16": 2.0, "half": 1.0}
     costs, dc_total, compute_s, _ = code7.slow_network_costs(keys, {"fp16": 1, "half": 2})
@@ -97,7 +97,7 @@ def test_table_d_prices_each_row_with_demo_1s_cost_model():
 
 
 def test_flag_defaults_agree_with_the_toolkit():
-    from lecture09.compressed_dp import Seeds, TrainSetup
+    from lecture09.compress.compressed_dp import Seeds, TrainSetup
     t, seeds = TrainSetup(), Seeds()
     d = code7.DEFAULTS
     assert (d["steps"], d["block_size"], d["onebit_warmup"]) == (t.steps, t.block_size, t.onebit_warmup)

@@ -4,8 +4,8 @@ sum (simulated for many p; on real gloo ranks through the --quick run), bad flag
 
 import pytest
 
-from lecture09 import alpha_beta as ab
-from lecture09 import collectives as C
+from lecture09.ranks import alpha_beta as ab
+from lecture09.ranks import collectives as C
 from conftest import LECTURE09, load_script, main_quietly
 
 MiB = 2**20

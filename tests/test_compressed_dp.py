@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lecture09 import compressed_dp as cdp
+from lecture09.compress import compressed_dp as cdp
 from lecture01 import tiny_gpt
 from lecture09.lecture_model import MODEL_CONFIG
 
@@ -92,7 +92,7 @@ def test_seed_sweeps_move_both_seeds():
 def test_diloco_with_outer_lr_one_and_no_momentum_is_model_averaging(monkeypatch):
     """Local SGD as the reference: after each round θ_global is the mean of the workers'
     parameters, i.e. training H = steps once equals averaging four independent AdamW runs."""
-    from lecture09 import local_sgd
+    from lecture09.compress import local_sgd
     captured = {}
     real_finish = cdp.finish_run
 
@@ -127,7 +127,7 @@ def test_powersgd_runs_through_the_engine_and_counts_its_bytes():
     setup = cdp.TrainSetup().with_steps(3)
     result = cdp.train_run(cdp.Run("p", "adamw", "powersgd", True, 1), cdp.Seeds(), setup)
     model = tiny_gpt.make_model(MODEL_CONFIG, 0)
-    from lecture09.powersgd import should_compress
+    from lecture09.compress.powersgd import should_compress
     per_step = 0
     for p in model.parameters():
         rows, cols = p.shape[0], p.numel() // p.shape[0]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lecture09 import compression as c
+from lecture09.compress import compression as c
 
 
 def ramp(n, seed=0):

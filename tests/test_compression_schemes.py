@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from lecture09 import compression as c
-from lecture09.compression_schemes import SCHEMES, BlockInt8, Options, pack_bits, unpack_bits
+from lecture09.compress import compression as c
+from lecture09.compress.compression_schemes import SCHEMES, BlockInt8, Options, pack_bits, unpack_bits
 
 
 def ramp(n, seed=0):
@@ -29,7 +29,7 @@ def test_measured_bytes_equal_the_formula(name, n):
 
 
 def test_every_scheme_in_the_table_of_the_module_docstring():
-    import lecture09.compression_schemes as module
+    import lecture09.compress.compression_schemes as module
     for name in SCHEMES:
         assert f"\n    {name} " in module.__doc__, name
 

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from lecture09 import data_parallel as D
-from lecture09 import gloo_ranks
+from lecture09.parallel import data_parallel as D
+from lecture09.ranks import gloo_ranks
 from lecture01 import tiny_gpt
 from conftest import LECTURE09, load_script, main_quietly
 

@@ -397,7 +397,7 @@ def test_tie_break_sum_matches_a_recomputation():
 
 
 def test_gather_and_region_blind_crossover_keep_every_device_once():
-    from lecture09.layout_search import _gather
+    from lecture09.schedule.layout_search import _gather
     net = demo_network()
     rng = random.Random(0)
     order = cost_order = list(range(32))

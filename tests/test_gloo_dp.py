@@ -4,7 +4,7 @@ rows) the same weights on every rank as the simulation computes."""
 
 import pytest
 
-from lecture09 import compressed_dp as cdp
+from lecture09.compress import compressed_dp as cdp
 
 
 @pytest.mark.parametrize("run", [cdp.Run("fp16", "adamw", "fp16"),
@@ -50,7 +50,7 @@ def test_every_gloo_rank_holds_the_weights_the_simulation_computes(run, toleranc
     initial weights minus lr times the averaged gradients, so they expose any entry the
     real all-reduce averages differently. Both ranks must also hold identical weights."""
     from lecture01 import tiny_gpt
-    from lecture09 import gloo_dp
+    from lecture09.compress import gloo_dp
     setup = cdp.replace(cdp.TrainSetup(), n_workers=2).with_steps(2)
     simulated = {}
     finish_run = cdp.finish_run

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from lecture09 import gloo_ranks
-from lecture09.gloo_ranks import RankFailed, free_port, run_ranks
+from lecture09.ranks import gloo_ranks
+from lecture09.ranks.gloo_ranks import RankFailed, free_port, run_ranks
 
 
 # Workers live at module level: the "spawn" start method pickles them by name.

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
 
-from lecture09 import memory_model as mm
+from lecture09.parallel import memory_model as mm
 
 code3 = load_script(LECTURE09 / "03_memory_zero.py")
 
@@ -99,7 +99,7 @@ def test_tiny_gpt_bytes_equal_the_formula():
 
 
 def test_shard_bounds_cover_the_vector_once():
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     assert [zero.shard_bounds(10, 4, r) for r in range(4)] == [(0, 3, 3), (3, 6, 3), (6, 9, 3), (9, 10, 3)]
     assert [zero.shard_bounds(2, 4, r)[:2] for r in range(4)] == [(0, 1), (1, 2), (2, 2), (2, 2)]
@@ -107,7 +107,7 @@ def test_shard_bounds_cover_the_vector_once():
 
 def test_key_bias_mask_marks_the_middle_third_of_qkv_bias():
     from lecture01 import tiny_gpt
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     model = tiny_gpt.make_model()
     mask = zero.key_bias_mask(model)
@@ -126,7 +126,7 @@ def test_key_bias_cannot_change_the_logits():
     import torch
 
     from lecture01 import tiny_gpt
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     model = tiny_gpt.make_model()
     x = torch.randint(0, model.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -164,7 +164,7 @@ def test_quick_output_fits_a_projector(quick):
 
 
 def test_zero1_weights_equal_plain_adamw(quick):
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     r = quick[0]["demo4"]
     for agree in (r["own"], r["torch"]):
@@ -233,7 +233,7 @@ def test_the_tolerance_would_catch_a_missing_weight_decay():
     from dataclasses import replace
 
     from lecture01 import tiny_gpt
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     run = zero.ZeroRun(steps=3, batch_size=4)
     tokens, _ = tiny_gpt.load_world_tokens(0)

@@ -15,7 +15,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "code").glob("lecture*/*.py")) + sorted((ROOT / "tests").glob("*.py"))
+SOURCES = sorted((ROOT / "code").glob("lecture*/**/*.py")) + sorted((ROOT / "tests").glob("*.py"))
 NOTES = sorted((ROOT / "lectures").glob("*.md"))
 # A backticked code span that names something: `name`, `module.name` or `name(args)`.
 CITED = re.compile(r"`([A-Za-z_][\w.]*)(\([^`]*\))?`")

@@ -3,8 +3,8 @@ phase equals a direct transcription of Tang et al.'s algorithm, step by step."""
 
 import torch
 
-from lecture09 import onebit_adam as ob
-from lecture09.compression import compress_vector
+from lecture09.compress import onebit_adam as ob
+from lecture09.compress.compression import compress_vector
 
 SHAPES = [torch.Size([3, 4]), torch.Size([4])]
 DECAY = torch.cat([torch.ones(12), torch.zeros(4)])

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
 
-from lecture09 import memory_model as mm
-from lecture09 import parallel_plan
-from lecture09 import pipeline
-from lecture09.pipeline import Op
+from lecture09.parallel import memory_model as mm
+from lecture09.parallel import parallel_plan
+from lecture09.parallel import pipeline
+from lecture09.parallel.pipeline import Op
 
 code4 = load_script(LECTURE09 / "04_pipeline.py")
 

@@ -4,8 +4,8 @@ the algebra by hand (orthogonal factors, exact rank-1 recovery, error feedback).
 import pytest
 import torch
 
-from lecture09 import powersgd
-from lecture09.gloo_ranks import run_ranks
+from lecture09.compress import powersgd
+from lecture09.ranks.gloo_ranks import run_ranks
 
 
 @pytest.mark.parametrize("approx_rank", [1, 2])

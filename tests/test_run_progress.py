@@ -1,10 +1,10 @@
-"""Progress inside training runs (lecture09.run_progress): the parent sees each run's steps
+"""Progress inside training runs (lecture09.compress.run_progress): the parent sees each run's steps
 while it trains, in a pool or in this process, and stdout's results do not change."""
 
 import io
 
-from lecture09 import compressed_dp as cdp
-from lecture09 import run_progress
+from lecture09.compress import compressed_dp as cdp
+from lecture09.compress import run_progress
 from lecture01.console import StatusLine
 
 

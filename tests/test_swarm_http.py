@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lecture09 import compression as c
-from lecture09 import swarm_bad_uploads, swarm_protocol
-from lecture09.swarm_http import RunningServer
-from lecture09.swarm_protocol import ServerConfig, WorkerConfig
-from lecture09.swarm_worker import Worker, http_call
+from lecture09.compress import compression as c
+from lecture09.swarm import swarm_bad_uploads, swarm_protocol
+from lecture09.swarm.swarm_http import RunningServer
+from lecture09.swarm.swarm_protocol import ServerConfig, WorkerConfig
+from lecture09.swarm.swarm_worker import Worker, http_call
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,10 +11,10 @@ import time
 import pytest
 import torch
 
-from lecture09 import compression as c
-from lecture09.swarm_http import RunningServer
-from lecture09.swarm_protocol import ServerConfig
-from lecture09.swarm_worker import http_call
+from lecture09.compress import compression as c
+from lecture09.swarm.swarm_http import RunningServer
+from lecture09.swarm.swarm_protocol import ServerConfig
+from lecture09.swarm.swarm_worker import http_call
 from test_swarm_http import TOKEN, assert_valid_round, payload_for, post, status, weights_finite
 
 

@@ -1,12 +1,12 @@
-"""lecture09.training_flags: the training flags code 5 (demo 2) and code 7 share."""
+"""lecture09.compress.training_flags: the training flags code 5 (demo 2) and code 7 share."""
 
 import argparse
 
 import pytest
 
 from conftest import load_script, LECTURE09
-from lecture09 import training_flags
-from lecture09.compressed_dp import Seeds, TrainSetup
+from lecture09.compress import training_flags
+from lecture09.compress.compressed_dp import Seeds, TrainSetup
 
 SHARED = ("--steps", "--model-seed", "--data-seed", "--seeds", "--jobs", "--precision", "--fp32")
 

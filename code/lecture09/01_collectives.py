@@ -43,10 +43,10 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import alpha_beta
+from lecture09.ranks import alpha_beta
 from lecture09 import dist_sim  # only its FIGURES table: the data-center link
-from lecture09 import gloo_ranks  # no torch at import: --help stays fast
-from lecture09.alpha_beta import ALGORITHMS, COLLECTIVES
+from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
+from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture01.cli_args import run_main, int_in, positive_float
 from lecture01.console import print_header, print_table, print_wrapped
 
@@ -99,7 +99,7 @@ def worked_inputs(p):
 
 
 def run_demo1(p=WORKED_P, out=print_wrapped):
-    from lecture09 import collectives
+    from lecture09.ranks import collectives
     inputs = worked_inputs(p)
     print_header(f"演示 1 demo 1：{p} 个工作者的环形 all-reduce（ring all-reduce），每人 {p} 个数 = {p} 块（chunk）")
     out(f"工作者 w_i 把向量切成 {p} 块，每轮把一块发给右边的邻居 w_(i+1 mod {p})。"
@@ -129,7 +129,7 @@ def run_demo1(p=WORKED_P, out=print_wrapped):
 # =============================================================================
 
 def run_demo2(setup, out=print_wrapped):
-    from lecture09 import collectives
+    from lecture09.ranks import collectives
     print_header("演示 2 demo 2：5 种原语 × 3 种算法，本进程模拟，结果和公式都检查")
     checked, failures = 0, []
     for p in setup.check_world_sizes:
@@ -165,7 +165,7 @@ def run_demo2(setup, out=print_wrapped):
 # =============================================================================
 
 def run_demo3(setup, out=print_wrapped):
-    from lecture09 import collectives
+    from lecture09.ranks import collectives
     n = setup.n_bytes
     print_header(f"演示 3 demo 3：一次 all-reduce（每人 n = {n:,} 字节），最忙的工作者发多少字节")
     rows, figures = [], {}
@@ -235,7 +235,7 @@ def run_demo4(setup, out=print_wrapped):
 
 def real_rows(results, real, element_bytes=4):
     """One row per (p, n): medians over repeats of the slowest rank, and the schedule's cost."""
-    from lecture09 import collectives
+    from lecture09.ranks import collectives
     rows = []
     for p in real.world_sizes:
         for n in real.sizes:
@@ -261,7 +261,7 @@ def fit_rows(rows):
 
 
 def run_demo5(real, out=print_wrapped):
-    from lecture09 import collectives
+    from lecture09.ranks import collectives
     world = max(real.world_sizes)
     print_header(f"演示 5 demo 5：{world} 个真的 gloo 进程（本机回环 loopback），p = "
                  f"{', '.join(map(str, real.world_sizes))}")

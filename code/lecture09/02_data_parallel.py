@@ -43,7 +43,7 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import gloo_ranks  # no torch at import: --help stays fast
+from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture01.cli_args import run_main, int_in, positive_float
 from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
 
@@ -86,7 +86,7 @@ HOOK_NAMES = {"none": "DDP 不压缩 none", "fp16": "fp16_compress_hook", "power
 
 
 def dp_setup(setup):
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     return data_parallel.DPSetup(steps=setup.steps, batch_size=setup.batch_size, bucket_bytes=setup.bucket_kb * 1024,
                                  powersgd_rank=setup.powersgd_rank, powersgd_start=POWERSGD_WARMUP_STEPS)
 
@@ -99,7 +99,7 @@ def compare_with_reference(results, reference, accumulation):
     """{variant: (max |Δ grad|, max |Δ weight|, within tolerance)} against the full-batch reference;
     'accumulation' is the single-process gradient accumulation run."""
     import torch
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     ref_grads, ref_weights, _ = reference
     rows = {}
     candidates = {"accumulation": {"grads": accumulation[0], "weights": accumulation[1]}}
@@ -170,7 +170,7 @@ def timeline_lines(events, width, end_s, label_width):
 
 def run_ranks(setup, demos):
     """One set of gloo processes for everything asked for: starting them costs seconds."""
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     W = setup.world_size
     job = data_parallel.DPJob(dp_setup(setup),
                               variants=data_parallel.VARIANTS if "1" in demos else (),
@@ -189,7 +189,7 @@ def run_ranks(setup, demos):
 
 def references(setup):
     """The two single-process answers: the whole batch, and W accumulated micro-batches."""
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     from lecture01 import tiny_gpt
     dps = dp_setup(setup)
     print(f"（单进程参考：整批次和 {setup.world_size} 个微批次的梯度累积 reference runs...）", file=sys.stderr, flush=True)
@@ -200,7 +200,7 @@ def references(setup):
 
 def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
     import torch
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     from lecture01 import tiny_gpt
     from lecture09.lecture_model import MODEL_CONFIG
     dps = dp_setup(setup)
@@ -258,7 +258,7 @@ def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
 # =============================================================================
 
 def print_demo2(setup, results, out=print_wrapped):
-    from lecture09 import data_parallel
+    from lecture09.parallel import data_parallel
     W = setup.world_size
     dps = dp_setup(setup)
     print_header(f"演示 2 demo 2：DDP 的通信钩子 comm hooks，{W} 个进程，{setup.hook_steps} 步")

@@ -42,8 +42,8 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import alpha_beta
-from lecture09 import memory_model as mm
+from lecture09.ranks import alpha_beta
+from lecture09.parallel import memory_model as mm
 from lecture01.cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int
 from lecture01.console import print_header, print_table, print_wrapped
 
@@ -259,7 +259,7 @@ def count_tiny_gpt(real):
 
     from lecture01 import tiny_gpt
     from lecture09.lecture_model import MODEL_CONFIG
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     model = tiny_gpt.make_model(MODEL_CONFIG, real.model_seed)
     optimizer = tiny_gpt.make_adamw(model, tiny_gpt.TrainConfig())
@@ -304,9 +304,9 @@ def run_demo3(real, out=print_wrapped):
 # =============================================================================
 
 def run_demo4(real, out=print_wrapped):
-    from lecture09 import gloo_ranks
+    from lecture09.ranks import gloo_ranks
     from lecture01 import tiny_gpt
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     run = zero.ZeroRun(steps=real.steps, batch_size=real.batch_size, model_seed=real.model_seed,
                        data_seed=real.data_seed)
@@ -345,7 +345,7 @@ def run_demo4(real, out=print_wrapped):
 
 
 def demo4_observations(real, r, out=print_wrapped):
-    from lecture09 import zero
+    from lecture09.parallel import zero
 
     own_bytes = [x["own_state_bytes"] for x in r["ranks"]]
     torch_bytes = [x["torch_state_bytes"] for x in r["ranks"]]

@@ -45,10 +45,10 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import alpha_beta
-from lecture09 import memory_model as mm
-from lecture09 import parallel_plan
-from lecture09 import pipeline
+from lecture09.ranks import alpha_beta
+from lecture09.parallel import memory_model as mm
+from lecture09.parallel import parallel_plan
+from lecture09.parallel import pipeline
 from lecture01.cli_args import run_main, int_in, non_negative_int, positive_int
 from lecture01.console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped
 
@@ -211,7 +211,7 @@ def check_pipeline(real):
     a gradient sent to the wrong stage changes them by ~1e-2."""
     import torch
 
-    from lecture09 import gloo_ranks
+    from lecture09.ranks import gloo_ranks
     from lecture01 import tiny_gpt
     from lecture09.lecture_model import MODEL_CONFIG
 
@@ -278,8 +278,8 @@ def check_tensor_parallel(real):
     Tolerance TP_ATOL: a split layer sums each output over the input features in two (or
     more) partial sums and then adds them, where nn.Linear sums in one go; values of size
     ~1 after ~100-200 products differ by float32 rounding, ~1e-6 (measured 3e-6)."""
-    from lecture09 import gloo_ranks
-    from lecture09 import tensor_parallel as tp
+    from lecture09.ranks import gloo_ranks
+    from lecture09.parallel import tensor_parallel as tp
 
     case = tp.TPCase()
     reference = tp.reference(case)

@@ -51,8 +51,10 @@ try:
 except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lecture09 import dist_sim, schedule_study, training_flags
-from lecture09.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
+from lecture09 import dist_sim
+from lecture09.schedule import schedule_study
+from lecture09.compress import training_flags
+from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
 from lecture01.cli_args import (run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 from lecture01.console import (LINE_WIDTH, StatusLine, display_width, format_table, histogram_lines, pad,
@@ -69,9 +71,9 @@ def _heavy():
     global compressed_dp, tiny_gpt, Run, Seeds, Spread, TrainSetup, TABLE_A, TABLE_B
     if "TABLE_B" in globals():
         return
-    from lecture09 import compressed_dp
+    from lecture09.compress import compressed_dp
     from lecture01 import tiny_gpt
-    from lecture09.compressed_dp import Run, Seeds, Spread, TrainSetup
+    from lecture09.compress.compressed_dp import Run, Seeds, Spread, TrainSetup
     TABLE_A = (Run("不压缩（fp32）", "adamw", "none"),
                Run("fp16", "adamw", "fp16"),
                Run("int8（整个向量一个缩放因子）", "adamw", "int8"),

@@ -80,7 +80,7 @@ from lecture01.cli_args import (  # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap  # noqa: E402
-from lecture09.swarm_protocol import HOST, ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
+from lecture09.swarm.swarm_protocol import HOST, ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
 
 # torch (about 1.5 s to import) and the modules built on it are imported inside the
 # functions that need them, after the flags are parsed: --help and a flag error answer at once.
@@ -145,8 +145,8 @@ class SwarmResult:
 def run_swarm(pool, server_config, worker_config, val_tokens):
     """Train once with one server and len(pool) worker processes; returns a SwarmResult."""
     from lecture01.tiny_gpt import bits_per_char
-    from lecture09.swarm_http import RunningServer
-    from lecture09.swarm_worker import read_result
+    from lecture09.swarm.swarm_http import RunningServer
+    from lecture09.swarm.swarm_worker import read_result
 
     start_s = time.perf_counter()
     server = RunningServer(server_config)
@@ -419,8 +419,8 @@ def print_timing(results, link, file):
 def demo_server_checks(token="demo-token"):
     """Send a fresh server each bad upload of the one table (its rows with in_demo); after
     each, record its answer, health and round buffer; finish with a valid round."""
-    from lecture09.swarm_bad_uploads import BAD_UPLOADS, Target, run_case, send, upload
-    from lecture09.swarm_http import RunningServer
+    from lecture09.swarm.swarm_bad_uploads import BAD_UPLOADS, Target, run_case, send, upload
+    from lecture09.swarm.swarm_http import RunningServer
 
     server = RunningServer(ServerConfig(world_size=2, steps=10, token=token))
     try:
@@ -477,7 +477,7 @@ def run_default(args):
     import torch
     from lecture01.tiny_gpt import load_world_tokens, make_model
     from lecture09.lecture_model import MODEL_CONFIG
-    from lecture09.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
+    from lecture09.swarm.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
 
     torch.set_num_threads(1)
     # First: the workers' start-up (torch, the data) overlaps ours.
@@ -541,7 +541,7 @@ def run_serve(args):
     """The parameter server alone; Ctrl-C (KeyboardInterrupt) stops it, after closing the server."""
     import torch
     from lecture01.tiny_gpt import bits_per_char, load_world_tokens
-    from lecture09.swarm_http import RunningServer
+    from lecture09.swarm.swarm_http import RunningServer
 
     torch.set_num_threads(1)
     config = server_config_from(args, args.token)
@@ -579,7 +579,7 @@ def run_worker_cli(args):
     import urllib.error
 
     import torch
-    from lecture09.swarm_worker import Worker
+    from lecture09.swarm.swarm_worker import Worker
 
     torch.set_num_threads(1)
     config = replace(WORKER, worker_id=args.worker_id, compression=args.compression, topk_ratio=args.topk_ratio,
@@ -630,7 +630,7 @@ def server_url(text):
 
 def wire_mode(text):
     """One of compression.WIRE_MODES (read when a value is parsed, so --help needs no torch)."""
-    from lecture09.compression import WIRE_MODES
+    from lecture09.compress.compression import WIRE_MODES
     if text not in WIRE_MODES:
         raise argparse.ArgumentTypeError(f"需要压缩方式 (expected one of {', '.join(WIRE_MODES)}), got {text!r}")
     return text
@@ -638,7 +638,7 @@ def wire_mode(text):
 
 def mode_list(text):
     """"all" or a comma list of distinct modes of compression.WIRE_MODES."""
-    from lecture09.compression import WIRE_MODES
+    from lecture09.compress.compression import WIRE_MODES
     modes = list(WIRE_MODES) if text.strip() == "all" else [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in WIRE_MODES]
     if not modes or bad or len(set(modes)) != len(modes):
@@ -747,7 +747,7 @@ def main(argv=None):
     if args.worker:
         return run_worker_cli(args)
     if args.worker_pool:
-        from lecture09.swarm_worker import worker_pool_loop
+        from lecture09.swarm.swarm_worker import worker_pool_loop
         return worker_pool_loop(sys.stdin, sys.stdout)
     try:
         run_default(args)

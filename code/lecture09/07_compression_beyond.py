@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # a clone without that install: the toolkit is the 
 
 from lecture01.cli_args import float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
-from lecture09 import training_flags  # noqa: E402
+from lecture09.compress import training_flags  # noqa: E402
 
 # Flag defaults, written out so that --help needs no torch (tests check they agree with
 # compressed_dp.TrainSetup and the settings below).
@@ -56,7 +56,7 @@ class Row:
 
 
 def build_rows(settings):
-    from lecture09.compressed_dp import Run
+    from lecture09.compress.compressed_dp import Run
     rows = [Row(Run("AdamW，每步通信，不压缩", "adamw", "none"), "AdamW，每步 fp32（基准）"),
             Row(Run("int8", "adamw", "int8"), "int8（整个向量一个缩放因子）"),
             Row(Run("int8-block", "adamw", "int8-block"), f"int8（每 {settings.train.block_size} 个一块）")]
@@ -93,7 +93,7 @@ def _signed(x, digits=4):
 
 def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
     """Print table (c) row by row; return {Run.key: (row, results, deltas)}."""
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
     t, n_seeds = settings.train, settings.n_seeds
     print_header(f"表 (c)：压缩的更多做法（{t.n_workers} 个工作者，{t.steps} 步，batch {t.recipe.batch_size}；"
                  f"前向 {t.precision}）")
@@ -149,7 +149,7 @@ def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
     demo 1's fp16 (2 bytes), on demo 1's proven-optimal layout (found for fp16 traffic); a
     row that talks every H steps pays its exchange once per H iterations."""
     from lecture09 import dist_sim
-    from lecture09.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
+    from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
     s = ScheduleSetup()
     geo, dc = build_networks(s)
     optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
@@ -239,7 +239,7 @@ def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
 # =============================================================================
 
 def observations(settings, table, costs, dc_total, out=print_wrapped):
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
     from lecture09.lecture_model import MODEL_CONFIG
     tol = cdp.DELTA_TOLERANCE_BPC
     words = {"same": "和每步 AdamW 差不多", "worse": "比每步 AdamW 差", "better": "比每步 AdamW 好",
@@ -273,7 +273,7 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
         f"H = {h} {d(key)}，每次迭代 {costs[key][1]:.2f} 秒（数据中心的 {costs[key][1] / dc_total:.2f} 倍）"
         for h in settings.diloco_h for key in [("diloco", "none", False, h)]) + "。")
     base_total = costs[("adamw", "none", False)][1]
-    from lecture09.schedule_setup import ScheduleSetup
+    from lecture09.schedule.schedule_setup import ScheduleSetup
     big_width = ScheduleSetup().hidden      # the 1.3B model's hidden size in demo 1
     best_key = min(costs, key=lambda k: costs[k][1])
     out(f" 结论：在演示 1 的网络上每步发 fp32 的 AdamW 每次迭代 {base_total:.2f} 秒；最快的一行是"
@@ -310,7 +310,7 @@ def parse_args(argv=None):
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, list(value) if isinstance(value, tuple) else value)
-    from lecture09.compressed_dp import Seeds, TrainSetup
+    from lecture09.compress.compressed_dp import Seeds, TrainSetup
     train = replace(TrainSetup().with_steps(args.steps), block_size=args.block_size,
                     onebit_warmup=args.onebit_warmup, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
                     precision=precision_from_args(args))
@@ -322,7 +322,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     settings = parse_args(argv)
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()

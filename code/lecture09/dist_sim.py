@@ -17,18 +17,18 @@ It keeps the earlier draft's imports working (`from dist_sim import iteration_co
 local_search, make_network`, same arguments and returned keys).
 """
 
-from lecture09.network_figures import (  # noqa: F401
+from lecture09.schedule.network_figures import (  # noqa: F401
     AWS_REGIONAL_LINKS, AWS_REGIONAL_REGIONS, AWS_WORLD_CITIES, AWS_WORLD_LINKS, DATACENTER_GBPS,
     DATACENTER_LATENCY_MS, FIGURES, GEO_INTRA_GBPS, GEO_INTRA_LATENCY_MS, PRESET_ROWS, V100_FP16_PEAK_FLOPS,
     Figure)
-from lecture09.geo_network import (  # noqa: F401
+from lecture09.schedule.geo_network import (  # noqa: F401
     PRESETS, Network, aws_regional_network, aws_world_network, make_network, network_from_matrices,
     network_from_regions, preset_network)
-from lecture09.layout_cost import (  # noqa: F401
+from lecture09.schedule.layout_cost import (  # noqa: F401
     PS_PER_S, LayoutCost, SwapState, assignment_from_order, iteration_cost)
-from lecture09.hand_layouts import (  # noqa: F401
+from lecture09.schedule.hand_layouts import (  # noqa: F401
     SwapCensus, count_matrix, dp_groups_in_regions, layout_stats, pipelines_in_regions, random_assignment,
     swap_census)
-from lecture09.layout_search import (  # noqa: F401
+from lecture09.schedule.layout_search import (  # noqa: F401
     GeneticResult, SearchTrace, _crossover, genetic_search, local_search)
-from lecture09.layout_optimum import OptimumResult, optimal_layout  # noqa: F401
+from lecture09.schedule.layout_optimum import OptimumResult, optimal_layout  # noqa: F401

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import torch
 
-from lecture09.compression import encode_payload, payload_to_bytes
+from lecture09.compress.compression import encode_payload, payload_to_bytes
 
 
 @dataclass

@@ -22,8 +22,8 @@ import math
 
 import torch
 
-from lecture09.compression import SCHEMES, Options, parts_bytes
-from lecture09 import run_progress
+from lecture09.compress.compression import SCHEMES, Options, parts_bytes
+from lecture09.compress import run_progress
 
 SIGN_SCHEME = SCHEMES["sign-l2"]
 EPS = 1e-8               # torch.optim.AdamW's default
@@ -100,7 +100,7 @@ class OneBitAdam:
 
 def train(run, seeds, setup, compress):
     """Train setup.model with 1-bit Adam (compress) or frozen-variance AdamW; a RunResult."""
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()

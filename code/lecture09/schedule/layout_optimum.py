@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lecture09.geo_network import _is_region_uniform
-from lecture09.hand_layouts import _devices_by_region
-from lecture09.layout_cost import PS_PER_S, _checked_order, _cost_tables, _layout_cost_ps
+from lecture09.schedule.geo_network import _is_region_uniform
+from lecture09.schedule.hand_layouts import _devices_by_region
+from lecture09.schedule.layout_cost import PS_PER_S, _checked_order, _cost_tables, _layout_cost_ps
 
 @dataclass(frozen=True)
 class OptimumResult:

@@ -204,7 +204,7 @@ class Upload:
 
 def parse_upload_headers(headers):
     """4. The upload's own headers (a Mapping with .get) -> Upload."""
-    from lecture09.compression import WIRE_MODES   # imports torch: only the server gets here
+    from lecture09.compress.compression import WIRE_MODES   # imports torch: only the server gets here
 
     compression = headers.get("X-Compression")
     if compression not in WIRE_MODES:
@@ -255,7 +255,7 @@ def check_version(upload, version, done, update, max_staleness, round_workers):
 def check_payload(body, shapes, mode):
     """7. The body as a payload: every key, dtype, shape, index and value
     (compression.decode_payload) -> {name: dense float32 gradient}."""
-    from lecture09.compression import PayloadError, decode_payload, payload_from_bytes
+    from lecture09.compress.compression import PayloadError, decode_payload, payload_from_bytes
 
     try:
         return decode_payload(payload_from_bytes(body), shapes, mode)

@@ -23,7 +23,7 @@ uncompressed entries, fp32; wire bytes are counted from those tensors.
 import numpy as np
 import torch
 
-from lecture09.compression import parts_bytes
+from lecture09.compress.compression import parts_bytes
 
 START_STEP = 2          # the hook's smallest start_powerSGD_iter with error feedback / warm start
 MIN_COMPRESSION_RATE = 2   # the hook's default: compress a matrix only if that saves 2x or more

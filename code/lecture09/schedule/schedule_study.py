@@ -15,13 +15,17 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from lecture09 import dist_sim
+from lecture09.schedule.hand_layouts import (SwapCensus, dp_groups_in_regions, layout_stats, pipelines_in_regions,
+                                            random_assignment, swap_census)
+from lecture09.schedule.layout_cost import LayoutCost, PS_PER_S
+from lecture09.schedule.layout_optimum import OptimumResult, optimal_layout
+from lecture09.schedule.layout_search import SearchTrace, genetic_search, local_search
 
 # The methods of the results table, in table order (the keys of Instance.methods).
 METHOD_NAMES = ("random_mean", "random_best", "pipelines_in_regions", "dp_groups_in_regions",
                 "strict", "sideways", "genetic", "genetic_blind")
-HAND_LAYOUTS = {"pipelines_in_regions": dist_sim.pipelines_in_regions,
-                "dp_groups_in_regions": dist_sim.dp_groups_in_regions}
+HAND_LAYOUTS = {"pipelines_in_regions": pipelines_in_regions,
+                "dp_groups_in_regions": dp_groups_in_regions}
 
 
 @dataclass(frozen=True)
@@ -37,15 +41,15 @@ class Method:
 class Instance:
     global_batch: int
     act_bytes: float            # one replica's activations across one cut (bytes)
-    cost: "dist_sim.LayoutCost"
+    cost: "LayoutCost"
     methods: dict               # name (METHOD_NAMES) -> Method
     random_stats: tuple         # layout_stats of every random layout
     random_costs: tuple         # s, every random layout
     strict_traces: tuple        # SearchTrace per strict restart
     sideways_traces: tuple      # SearchTrace per sideways restart
     strict_long_runs: tuple     # s: strict restarts given the sideways budget (same starts)
-    census: "dist_sim.SwapCensus"   # every swap of the strict search's best layout
-    optimum: "dist_sim.OptimumResult"
+    census: "SwapCensus"   # every swap of the strict search's best layout
+    optimum: "OptimumResult"
     optimum_s: float            # wall-clock seconds of the branch and bound (varies; stderr only)
 
     def gap(self, name):
@@ -55,8 +59,8 @@ class Instance:
 
     def reaches_optimum(self, cost):
         """Whether a cost equals the proven optimum (whole picoseconds, so exactly)."""
-        return cost is not None and self.optimum.exact and round(cost * dist_sim.PS_PER_S) == round(
-            self.optimum.cost * dist_sim.PS_PER_S)
+        return cost is not None and self.optimum.exact and round(cost * PS_PER_S) == round(
+            self.optimum.cost * PS_PER_S)
 
 
 def _restarts(cost, setup, n_iters, sideways, traces, on_restart):
@@ -66,11 +70,11 @@ def _restarts(cost, setup, n_iters, sideways, traces, on_restart):
     for restart in range(setup.restarts):
         if on_restart is not None:
             on_restart(restart)
-        start = dist_sim.random_assignment(range(setup.n_gpus), setup.n_stages, setup.n_replicas,
+        start = random_assignment(range(setup.n_gpus), setup.n_stages, setup.n_replicas,
                                            random.Random(100 + restart))
-        trace = dist_sim.SearchTrace(cost.net["region"])
+        trace = SearchTrace(cost.net["region"])
         rng = random.Random(200 + restart)
-        runs.append(dist_sim.local_search(start, cost, rng, n_iters, sideways, trace=trace) + (rng,))
+        runs.append(local_search(start, cost, rng, n_iters, sideways, trace=trace) + (rng,))
         traces.append(trace)
     return runs
 
@@ -81,11 +85,11 @@ def _continued(cost, runs, more_iters):
     minimum (no swap lowers it, by its census) can never move again, so it is not rerun."""
     costs = []
     for layout, total, rng in runs:
-        census = dist_sim.swap_census(cost, layout)
+        census = swap_census(cost, layout)
         if census.cross_region[0] + census.same_region[0] == 0:
             costs.append(total)
         else:
-            costs.append(dist_sim.local_search(layout, cost, rng, more_iters, False)[1])
+            costs.append(local_search(layout, cost, rng, more_iters, False)[1])
     return tuple(costs)
 
 
@@ -98,12 +102,12 @@ def study_instance(setup, net, global_batch, step=lambda text: None):
     """Every method of §7.3 on one instance; `setup` gives the job and the budgets (a
     schedule_setup.ScheduleSetup), `step(text)` reports progress (stderr in code 5)."""
     act_bytes = setup.act_bytes_at(global_batch)
-    cost = dist_sim.LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
+    cost = LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
                                setup.n_micro_batches)
     methods = {}
     step(f"batch {global_batch}：随机分配 random layouts × {setup.n_random}")
     rng = random.Random(0)
-    randoms = [dist_sim.random_assignment(range(setup.n_gpus), setup.n_stages, setup.n_replicas, rng)
+    randoms = [random_assignment(range(setup.n_gpus), setup.n_stages, setup.n_replicas, rng)
                for _ in range(setup.n_random)]
     random_costs = tuple(cost(a) for a in randoms)
     best = min(range(len(randoms)), key=random_costs.__getitem__)
@@ -130,18 +134,18 @@ def study_instance(setup, net, global_batch, step=lambda text: None):
         for seed in range(setup.restarts):
             step(f"batch {global_batch}：遗传算法 genetic{'' if region_aware else '（不看地区）'}，"
                  f"种子 seed {seed + 1}/{setup.restarts}")
-            results.append(dist_sim.genetic_search(cost, seed=seed, population=setup.genetic_population,
+            results.append(genetic_search(cost, seed=seed, population=setup.genetic_population,
                                                    max_evaluations=setup.genetic_budget,
                                                    local_iters=setup.genetic_local_iters,
                                                    region_aware=region_aware))
         best = min(results, key=lambda g: g.cost)
         methods[name] = Method(best.cost, best.assignment, tuple(g.cost for g in results))
     step(f"batch {global_batch}：所有交换 every swap、最优分配 optimum")
-    census = dist_sim.swap_census(cost, methods["strict"].layout)
+    census = swap_census(cost, methods["strict"].layout)
     started = time.perf_counter()
-    optimum = dist_sim.optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
+    optimum = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
                                       n_micro_batches=setup.n_micro_batches)
     return Instance(global_batch, act_bytes, cost, methods,
-                    tuple(dist_sim.layout_stats(a, net, setup.n_stages, setup.n_replicas) for a in randoms),
+                    tuple(layout_stats(a, net, setup.n_stages, setup.n_replicas) for a in randoms),
                     random_costs, tuple(strict_traces), tuple(sideways_traces), strict_long,
                     census, optimum, time.perf_counter() - started)

@@ -36,7 +36,7 @@ checks every key, dtype, length, index and value (`decode_payload`), raising
 
 import torch
 
-from lecture09.compression_schemes import (  # noqa: F401  (re-exported: one import for the scripts)
+from lecture09.compress.compression_schemes import (  # noqa: F401  (re-exported: one import for the scripts)
     IDX_SUFFIX, INT8_LEVELS, SCALE_SUFFIX, SCHEMES, VAL_SUFFIX, Options, PayloadError, check_finite,
     parts_bytes, topk_count)
 

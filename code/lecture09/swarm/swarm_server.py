@@ -15,7 +15,7 @@ from safetensors.torch import save as safetensors_save
 
 from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
 from lecture09.lecture_model import MODEL_CONFIG
-from lecture09.swarm_protocol import ServerConfig, check_payload, check_version, max_body_bytes_for
+from lecture09.swarm.swarm_protocol import ServerConfig, check_payload, check_version, max_body_bytes_for
 
 
 def l2_norm(tensors):

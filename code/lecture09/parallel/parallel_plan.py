@@ -25,9 +25,9 @@ cluster of N = DP × PP × TP GPUs it estimates, per GPU and per iteration:
 import math
 from dataclasses import dataclass
 
-from lecture09 import alpha_beta
-from lecture09 import memory_model as mm
-from lecture09.pipeline import bubble_fraction
+from lecture09.ranks import alpha_beta
+from lecture09.parallel import memory_model as mm
+from lecture09.parallel.pipeline import bubble_fraction
 
 
 @dataclass(frozen=True)

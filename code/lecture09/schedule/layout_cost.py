@@ -28,8 +28,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lecture09.alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
-from lecture09.geo_network import Network
+from lecture09.ranks.alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
+from lecture09.schedule.geo_network import Network
 
 PS_PER_S = 10**12   # evaluator time unit: picoseconds, kept as exact Python ints
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from lecture01 import tiny_gpt
-from lecture09 import run_progress
-from lecture09.compression import SCHEMES, Options, Residuals, parts_bytes
+from lecture09.compress import run_progress
+from lecture09.compress.compression import SCHEMES, Options, Residuals, parts_bytes
 from lecture09.lecture_model import MODEL_CONFIG
-from lecture09.powersgd import PowerSGD
+from lecture09.compress.powersgd import PowerSGD
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -247,7 +247,7 @@ def finish_run(run, seeds, model, val_data, started, diverged, wire_bytes, steps
 
 def _variant(name):
     """Training loops of their own (the optimizer itself talks less): Run.optimizer -> train."""
-    from lecture09 import local_sgd, onebit_adam
+    from lecture09.compress import local_sgd, onebit_adam
     return {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=True),
             "adamw-frozen-v": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False),
             "diloco": local_sgd.train}.get(name)
@@ -256,7 +256,7 @@ def _variant(name):
 def train_run(run, seeds, setup):
     """Train setup.model from scratch with compressed worker gradients; a RunResult."""
     if setup.backend == "gloo":
-        from lecture09 import gloo_dp
+        from lecture09.compress import gloo_dp
         return gloo_dp.train_run(run, seeds, setup)
     variant = _variant(run.optimizer)
     if variant is not None:

@@ -8,7 +8,10 @@ read the settings from here. Pure arithmetic: no torch.
 
 from dataclasses import dataclass
 
-from lecture09 import dist_sim
+from lecture09.schedule.geo_network import PRESETS, make_network
+from lecture09.schedule.layout_cost import LayoutCost, assignment_from_order
+from lecture09.schedule.network_figures import (DATACENTER_GBPS, DATACENTER_LATENCY_MS, FIGURES, GEO_INTRA_GBPS,
+                                               GEO_INTRA_LATENCY_MS, V100_FP16_PEAK_FLOPS)
 
 
 @dataclass(frozen=True)
@@ -22,17 +25,17 @@ class ScheduleSetup:
     global_batch: int = 1024          # sequences per iteration (Yuan et al.'s batch)
     second_batch: int = 256           # a second instance: same network, this batch; 0 = none
     n_micro_batches: int = 4          # GPipe micro-batches per replica batch (M)
-    network: str = "random"           # "random", or a measured preset: dist_sim.PRESETS
+    network: str = "random"           # "random", or a measured preset: PRESETS
     region_sizes: tuple = (8, 8, 8, 8)
-    intra_gbps: float = dist_sim.FIGURES["demo_intra_gbps"].value           # inside a region
-    intra_latency_ms: float = dist_sim.FIGURES["demo_intra_latency_ms"].value
-    inter_gbps_range: tuple = dist_sim.FIGURES["world_inter_gbps_range"].value   # Yuan et al.'s world-wide
-    inter_latency_ms_range: tuple = dist_sim.FIGURES["world_inter_latency_ms_range"].value
-    paper_intra_gbps: float = dist_sim.GEO_INTRA_GBPS             # Yuan et al.'s setting within a region,
-    paper_intra_latency_ms: float = dist_sim.GEO_INTRA_LATENCY_MS  # shown beside ours
+    intra_gbps: float = FIGURES["demo_intra_gbps"].value           # inside a region
+    intra_latency_ms: float = FIGURES["demo_intra_latency_ms"].value
+    inter_gbps_range: tuple = FIGURES["world_inter_gbps_range"].value   # Yuan et al.'s world-wide
+    inter_latency_ms_range: tuple = FIGURES["world_inter_latency_ms_range"].value
+    paper_intra_gbps: float = GEO_INTRA_GBPS             # Yuan et al.'s setting within a region,
+    paper_intra_latency_ms: float = GEO_INTRA_LATENCY_MS  # shown beside ours
     net_seed: int = 0
-    datacenter_gbps: float = dist_sim.DATACENTER_GBPS       # reference: one region of 32
-    datacenter_latency_ms: float = dist_sim.DATACENTER_LATENCY_MS
+    datacenter_gbps: float = DATACENTER_GBPS       # reference: one region of 32
+    datacenter_latency_ms: float = DATACENTER_LATENCY_MS
     n_random: int = 200               # random layouts
     restarts: int = 5                 # local-search restarts, and genetic-search seeds
     strict_iters: int = 3000          # proposals per strict local search
@@ -40,7 +43,7 @@ class ScheduleSetup:
     genetic_budget: int = 20000       # evaluations per genetic run: a fifth of the 5 x 20000 the sideways restarts use together
     genetic_population: int = 6
     genetic_local_iters: int = 1000
-    gpu_peak_flops: float = dist_sim.V100_FP16_PEAK_FLOPS   # V100 fp16 tensor cores
+    gpu_peak_flops: float = V100_FP16_PEAK_FLOPS   # V100 fp16 tensor cores
     gpu_utilisation: float = 0.4      # a typical fraction of peak for large-model training
     histogram_bins: int = 16
 
@@ -82,9 +85,9 @@ class ScheduleSetup:
         return self.compute_ideal_s / (1 - self.bubble_fraction)
 
     def layout_cost(self, net, stage_param_bytes=None, global_batch=None):
-        """A dist_sim.LayoutCost of this job on `net` (stage_param_bytes: what one stage's
+        """A LayoutCost of this job on `net` (stage_param_bytes: what one stage's
         data-parallel group exchanges, default its fp16 gradient)."""
-        return dist_sim.LayoutCost(net, self.n_stages, self.n_replicas,
+        return LayoutCost(net, self.n_stages, self.n_replicas,
                                    self.stage_param_bytes if stage_param_bytes is None else stage_param_bytes,
                                    self.act_bytes_at(global_batch or self.global_batch), self.n_micro_batches)
 
@@ -94,14 +97,14 @@ def build_networks(setup, intra=None):
     inside a region instead of the setup's, for the paper's setting beside ours."""
     intra_gbps, intra_ms = intra or (setup.intra_gbps, setup.intra_latency_ms)
     if setup.network == "random":
-        geo = dist_sim.make_network(list(setup.region_sizes), intra_gbps=intra_gbps,
+        geo = make_network(list(setup.region_sizes), intra_gbps=intra_gbps,
                                     inter_gbps_range=setup.inter_gbps_range,
                                     inter_latency_ms_range=setup.inter_latency_ms_range, seed=setup.net_seed,
                                     intra_latency_ms=intra_ms)
     else:
-        geo = dist_sim.PRESETS[setup.network]()
+        geo = PRESETS[setup.network]()
     n = len(geo["region"])
-    dc = dist_sim.make_network([n], intra_gbps=setup.datacenter_gbps,
+    dc = make_network([n], intra_gbps=setup.datacenter_gbps,
                                inter_gbps_range=(setup.datacenter_gbps, setup.datacenter_gbps),
                                inter_latency_ms_range=(setup.datacenter_latency_ms, setup.datacenter_latency_ms),
                                seed=0, intra_latency_ms=setup.datacenter_latency_ms)
@@ -111,5 +114,5 @@ def build_networks(setup, intra=None):
 def datacenter_comm_s(setup, dc, stage_param_bytes=None):
     """Communication seconds per iteration in the data center `dc` (every link alike, so
     any layout costs the same: the identity layout is priced)."""
-    identity = dist_sim.assignment_from_order(list(range(setup.n_gpus)), setup.n_replicas)
+    identity = assignment_from_order(list(range(setup.n_gpus)), setup.n_replicas)
     return setup.layout_cost(dc, stage_param_bytes)(identity)

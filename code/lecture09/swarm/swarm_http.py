@@ -19,8 +19,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from lecture09.swarm_protocol import HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_upload_request
-from lecture09.swarm_server import ParameterServer
+from lecture09.swarm.swarm_protocol import HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_upload_request
+from lecture09.swarm.swarm_server import ParameterServer
 
 WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this
 DRAIN_LIMIT_S = 2.0      # after refusing a body unread, how long we discard what still arrives

@@ -19,12 +19,12 @@ import math
 
 import torch
 
-from lecture09.compression import SCHEMES, Residuals, parts_bytes
-from lecture09 import run_progress
+from lecture09.compress.compression import SCHEMES, Residuals, parts_bytes
+from lecture09.compress import run_progress
 
 def train(run, seeds, setup):
     """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()

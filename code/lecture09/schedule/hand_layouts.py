@@ -5,7 +5,7 @@
 import itertools
 from dataclasses import dataclass
 
-from lecture09.layout_cost import assignment_from_order
+from lecture09.schedule.layout_cost import assignment_from_order
 
 
 def random_assignment(devices, n_stages, n_replicas, rng):

@@ -1,5 +1,5 @@
 """Networks of devices in regions: built from tables, drawn at random, or a measured preset
-(lecture 9, §7.2; used by layout_cost, layout_search, layout_optimum through dist_sim).
+(lecture 9, §7.2; used by layout_cost, layout_search and layout_optimum).
 
 A network is a dict (the draft reads `net["region"][device]`) of per-device link tables
 (bandwidth bit/s, latency s) and the region of every device. `make_network` draws the
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from lecture09.network_figures import (DATACENTER_LATENCY_MS, GEO_INTRA_GBPS, GEO_INTRA_LATENCY_MS,
+from lecture09.schedule.network_figures import (DATACENTER_LATENCY_MS, GEO_INTRA_GBPS, GEO_INTRA_LATENCY_MS,
                                        PRESET_ROWS)
 
 

@@ -2,7 +2,7 @@
 
 Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.16).
 `compressed_dp.train_run` simulates W workers in one process; with TrainSetup.backend
-"gloo" it calls `train_run` here instead: W real processes (lecture09.gloo_ranks: a free
+"gloo" it calls `train_run` here instead: W real processes (lecture09.ranks.gloo_ranks: a free
 port picked in the parent), each wraps the same model in DistributedDataParallel and
 trains on its slice of every global batch. Gradients are averaged by DDP through a
 communication hook:
@@ -23,9 +23,9 @@ import time
 
 import torch
 
-from lecture09.compression import SCHEMES, Residuals, parts_bytes
-from lecture09.gloo_ranks import run_ranks
-from lecture09.powersgd import HOOK_RANDOM_SEED, MIN_COMPRESSION_RATE, START_STEP
+from lecture09.compress.compression import SCHEMES, Residuals, parts_bytes
+from lecture09.ranks.gloo_ranks import run_ranks
+from lecture09.compress.powersgd import HOOK_RANDOM_SEED, MIN_COMPRESSION_RATE, START_STEP
 
 
 class HookState:
@@ -98,7 +98,7 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
     from torch.nn.parallel import DistributedDataParallel
 
     from lecture01 import tiny_gpt
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
 
     train_data, val_data = cdp.world_tokens(setup.world_seed)
     model = tiny_gpt.make_model(setup.model, seed=seeds.model)
@@ -136,7 +136,7 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
 
 def train_run(run, seeds, setup, timeout_s=3600):
     """compressed_dp.train_run with setup.n_workers real gloo ranks; a RunResult."""
-    from lecture09 import compressed_dp as cdp
+    from lecture09.compress import compressed_dp as cdp
 
     if run.optimizer not in cdp.OPTIMIZERS:
         raise ValueError(f"--backend gloo runs the per-step optimizers {cdp.OPTIMIZERS}, not {run.optimizer!r}")

@@ -10,7 +10,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from lecture09.layout_cost import PS_PER_S, LayoutCost, assignment_from_order
+from lecture09.schedule.layout_cost import PS_PER_S, LayoutCost, assignment_from_order
 
 
 def _two_slots(rng, n_slots):

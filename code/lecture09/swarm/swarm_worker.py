@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import load as safetensors_load
 
 from lecture01.tiny_gpt import get_batch, lm_loss, load_world_tokens, make_model
-from lecture09.compression import PayloadErrorFeedback, payload_tensor_bytes, payload_to_bytes
+from lecture09.compress.compression import PayloadErrorFeedback, payload_tensor_bytes, payload_to_bytes
 from lecture09.lecture_model import MODEL_CONFIG
-from lecture09.swarm_protocol import REPULL, STOP, WAIT, WorkerConfig, next_move
+from lecture09.swarm.swarm_protocol import REPULL, STOP, WAIT, WorkerConfig, next_move
 
 
 class _NoDelayConnection(http.client.HTTPConnection):

@@ -32,7 +32,7 @@ Formulas and where they come from:
 
 from dataclasses import dataclass
 
-from lecture09.dist_sim import Figure
+from lecture09.schedule.network_figures import Figure
 
 GB = 1e9          # the ZeRO paper's GB: 7.5e9 parameters x 16 bytes = "120 GB" (Figure 1)
 MB = 1e6
@@ -41,7 +41,7 @@ ADAM_K = 12                   # fp32 master weights + m + v: 4 + 4 + 4 bytes per
 FP16_BYTES = 2
 FP32_BYTES = 4
 
-# Hardware figures with their sources (STYLE habit 7). They could join dist_sim.FIGURES.
+# Hardware figures with their sources (STYLE habit 7). They could join network_figures.FIGURES.
 HARDWARE = {
     "a100_bf16_peak_tflops": Figure(312.0, "TFLOP/s", "NVIDIA A100 datasheet: dense fp16/bf16 tensor cores"),
     "a100_memory_gb": Figure(80.0, "GB", "NVIDIA A100 80GB datasheet"),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lecture09.alpha_beta import ALGORITHMS, COLLECTIVES, tree_depth
+from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES, tree_depth
 
 
 @dataclass(frozen=True)

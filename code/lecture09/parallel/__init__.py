@@ -1,0 +1,7 @@
+"""Splitting one training job over many devices (lecture 9, §1-§4 and §6; codes 02-04).
+
+memory_model  model states, activations, FLOPs and ZeRO's per-GPU bytes, with sources
+zero          ZeRO-1 on real ranks, ours beside PyTorch's ZeroRedundancyOptimizer
+data_parallel naive, flat, bucketed and DDP gradient averaging on real ranks (§2)
+pipeline, tensor_parallel, parallel_plan   GPipe/1F1B, Megatron layers, the 3D planner
+"""
