@@ -94,13 +94,14 @@ def test_diloco_with_outer_lr_one_and_no_momentum_is_model_averaging(monkeypatch
     parameters, i.e. training H = steps once equals averaging four independent AdamW runs."""
     from lecture09.compress import local_sgd
     captured = {}
+    from lecture09.compress import training
     real_finish = cdp.finish_run
 
     def finish(run, seeds, model, *rest, **kw):
         captured["theta"] = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
         return real_finish(run, seeds, model, *rest, **kw)
 
-    monkeypatch.setattr(cdp, "finish_run", finish)
+    monkeypatch.setattr(training, "finish_run", finish)
     setup = cdp.replace(cdp.TrainSetup(outer_lr=1.0, outer_momentum=0.0), n_workers=2).with_steps(3)
     result = local_sgd.train(cdp.Run("d", "diloco", "none", param=3), cdp.Seeds(), setup)
     assert result.bytes_per_element == pytest.approx(4.0 / 3)        # one fp32 pseudo-gradient in 3 steps

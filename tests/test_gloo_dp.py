@@ -53,12 +53,13 @@ def test_every_gloo_rank_holds_the_weights_the_simulation_computes(run, toleranc
     from lecture09.compress import gloo_dp
     setup = cdp.replace(cdp.TrainSetup(), n_workers=2).with_steps(2)
     simulated = {}
+    from lecture09.compress import training
     finish_run = cdp.finish_run
 
     def keep_weights(run_, seeds, model, *rest):
         simulated["weights"] = _flat_weights(model)
         return finish_run(run_, seeds, model, *rest)
-    monkeypatch.setattr(cdp, "finish_run", keep_weights)
+    monkeypatch.setattr(training, "finish_run", keep_weights)
     cdp.train_run(run, cdp.Seeds(), setup)
     rank0, rank1 = gloo_dp.trained_weights(run, cdp.Seeds(), setup)
     initial = _flat_weights(tiny_gpt.make_model(setup.model, seed=cdp.Seeds().model))

@@ -1,7 +1,7 @@
 """Sending fewer bytes per step (lecture 9, §7.6-§7.10 and §7.12-§7.16; codes 05 and 07).
 
 compression_schemes, compression   one class per scheme, error feedback, the wire format
-compressed_dp   the training engine (one run, many runs in processes, paired differences)
+training        the engine one run goes through; compressed_dp runs many and pairs them
 powersgd, onebit_adam, local_sgd (DiLoCo), gloo_dp (the same on real DDP ranks)
 run_progress, training_flags       progress across processes; the flags 05 and 07 share
 """

@@ -26,6 +26,7 @@ import torch
 from lecture09.compress.compression import SCHEMES, Residuals, parts_bytes
 from lecture09.ranks.gloo_ranks import run_ranks
 from lecture09.compress.powersgd import HOOK_RANDOM_SEED, MIN_COMPRESSION_RATE, START_STEP
+from lecture09.compress import training as engine
 
 
 class HookState:
@@ -98,13 +99,12 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
     from torch.nn.parallel import DistributedDataParallel
 
     from lecture01 import tiny_gpt
-    from lecture09.compress import compressed_dp as cdp
 
-    train_data, val_data = cdp.world_tokens(setup.world_seed)
+    train_data, val_data = engine.world_tokens(setup.world_seed)
     model = tiny_gpt.make_model(setup.model, seed=seeds.model)
-    config, optimizer = cdp.make_optimizer(run, setup, model, seeds)
+    config, optimizer = engine.make_optimizer(run, setup, model, seeds)
     ddp = DistributedDataParallel(model)
-    counted = _register(ddp, run, setup, world_size, run.scheme in cdp.ZERO_COUNTED)
+    counted = _register(ddp, run, setup, world_size, run.scheme in engine.ZERO_COUNTED)
     bf16 = setup.precision == "bf16"
 
     def backward(module, x, y):          # x, y: the global batch (B, T); this rank takes its slice
@@ -115,7 +115,7 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
         total = loss.detach().clone()
         dist.all_reduce(total, op=dist.ReduceOp.SUM)         # every rank sees the same sum: one decision
         if not math.isfinite(float(total)):
-            raise cdp.Diverged
+            raise engine.Diverged
         return float(total) / world_size
 
     losses = []
@@ -123,7 +123,7 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
         tiny_gpt.train(model, train_data, config, optimizer=optimizer, backward=backward,
                        on_step=lambda step, loss: losses.append(loss))
         diverged = False
-    except cdp.Diverged:
+    except engine.Diverged:
         diverged = True
     if keep_weights:
         return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -136,18 +136,16 @@ def rank_worker(rank, world_size, run, seeds, setup, keep_weights=False):
 
 def train_run(run, seeds, setup, timeout_s=3600):
     """compressed_dp.train_run with setup.n_workers real gloo ranks; a RunResult."""
-    from lecture09.compress import compressed_dp as cdp
-
-    if run.optimizer not in cdp.OPTIMIZERS:
-        raise ValueError(f"--backend gloo runs the per-step optimizers {cdp.OPTIMIZERS}, not {run.optimizer!r}")
+    if run.optimizer not in engine.OPTIMIZERS:
+        raise ValueError(f"--backend gloo runs the per-step optimizers {engine.OPTIMIZERS}, not {run.optimizer!r}")
     started = time.perf_counter()
     bpc, losses, wire_bytes, zeros, entries = run_ranks(rank_worker, setup.n_workers,
                                                         args=(run, seeds, setup), timeout_s=timeout_s)[0]
     diverged = not math.isfinite(bpc)
     n_params = sum(p.numel() for p in _model_shapes(setup))
-    return cdp.RunResult(run=run, seeds=seeds, bpc=bpc, bytes_per_element=wire_bytes / n_params,
-                         zeroed_fraction=zeros / entries if entries else 0.0, diverged=diverged,
-                         steps_done=len(losses), seconds=time.perf_counter() - started, losses=tuple(losses))
+    return engine.RunResult(run=run, seeds=seeds, bpc=bpc, bytes_per_element=wire_bytes / n_params,
+                            zeroed_fraction=zeros / entries if entries else 0.0, diverged=diverged,
+                            steps_done=len(losses), seconds=time.perf_counter() - started, losses=tuple(losses))
 
 
 def trained_weights(run, seeds, setup, timeout_s=600):

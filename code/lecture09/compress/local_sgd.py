@@ -16,20 +16,22 @@ round syncs at the end when H does not divide the steps).
 
 import copy
 import math
+import time
 
 import torch
 
 from lecture09.compress.compression import SCHEMES, Residuals, parts_bytes
 from lecture09.compress import run_progress
+from lecture09.compress import training as engine
+
 
 def train(run, seeds, setup):
     """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
-    from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()
-    started = cdp.time.perf_counter()
-    train_data, val_data = cdp.world_tokens(setup.world_seed)
+    started = time.perf_counter()
+    train_data, val_data = engine.world_tokens(setup.world_seed)
     inner_steps, r, n_workers = run.param, setup.recipe, setup.n_workers
     global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     global_params = list(global_model.parameters())
@@ -87,5 +89,5 @@ def train(run, seeds, setup):
             with torch.no_grad():
                 for p, g in zip(model.parameters(), global_params):
                     p.copy_(g)
-    return cdp.finish_run(run, seeds, global_model, val_data, started, diverged,
+    return engine.finish_run(run, seeds, global_model, val_data, started, diverged,
                           total_bytes / max(1, len(losses)), len(losses), losses=losses)

@@ -19,11 +19,13 @@ compression did. Warm-up steps send fp32 gradients; bytes are averaged over the 
 """
 
 import math
+import time
 
 import torch
 
 from lecture09.compress.compression import SCHEMES, Options, parts_bytes
 from lecture09.compress import run_progress
+from lecture09.compress import training as engine
 
 SIGN_SCHEME = SCHEMES["sign-l2"]
 EPS = 1e-8               # torch.optim.AdamW's default
@@ -100,12 +102,11 @@ class OneBitAdam:
 
 def train(run, seeds, setup, compress):
     """Train setup.model with 1-bit Adam (compress) or frozen-variance AdamW; a RunResult."""
-    from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()
-    started = cdp.time.perf_counter()
-    train_data, val_data = cdp.world_tokens(setup.world_seed)
+    started = time.perf_counter()
+    train_data, val_data = engine.world_tokens(setup.world_seed)
     model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     params = list(model.parameters())
     r = setup.recipe
@@ -118,7 +119,7 @@ def train(run, seeds, setup, compress):
     model.train()
     for step in range(r.steps):
         x, y = tiny_gpt.get_batch(train_data, r.batch_size, model.config.block_size, gen)
-        grads, loss_sum = cdp.worker_gradients(model, x, y, setup.n_workers, setup.precision == "bf16")
+        grads, loss_sum = engine.worker_gradients(model, x, y, setup.n_workers, setup.precision == "bf16")
         if not math.isfinite(loss_sum):
             diverged = True
             break
@@ -129,5 +130,5 @@ def train(run, seeds, setup, compress):
         total_bytes += sent_bytes
         losses.append(loss_sum / setup.n_workers)
         run_progress.step_done(step + 1)
-    return cdp.finish_run(run, seeds, model, val_data, started, diverged, total_bytes / max(1, len(losses)),
+    return engine.finish_run(run, seeds, model, val_data, started, diverged, total_bytes / max(1, len(losses)),
                           len(losses), losses=losses)

@@ -1,0 +1,125 @@
+"""The layering ARCHITECTURE.md draws, checked against every import in code/ (imports
+inside functions too): each package imports only what the table there allows, no module
+imports another in a cycle, and no module loads a numbered script."""
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import ROOT
+
+CODE = ROOT / "code"
+SCRIPT = re.compile(r"^\d\d_")
+
+
+def module_files():
+    """{dotted module name: path} for every module of the toolkit (scripts excluded)."""
+    modules = {}
+    for path in sorted(CODE.glob("lecture*/**/*.py")):
+        if SCRIPT.match(path.name):
+            continue
+        parts = list(path.relative_to(CODE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(path, modules):
+    """The toolkit modules a file imports (a `from package import name` that names a
+    submodule counts as importing that submodule)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module not in modules:
+                continue
+            subs = {f"{node.module}.{alias.name}" for alias in node.names}
+            found |= {s for s in subs if s in modules} or {node.module}
+            if any(s not in modules for s in subs):
+                found.add(node.module)
+    return found
+
+
+def graph():
+    modules = module_files()
+    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+
+
+def group(module):
+    """The box of ARCHITECTURE.md a module belongs to."""
+    parts = module.split(".")
+    if parts[0] == "lecture01":
+        return "lecture01"
+    return ".".join(parts[:2])
+
+
+def allowed_imports():
+    """{box: boxes it may import}, read from ARCHITECTURE.md's table."""
+    table = {}
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    for box, allowed in re.findall(r"^\| `([\w.]+)` \| (.+) \|$", text, re.M):
+        names = re.findall(r"`([\w.]+)`", allowed)
+        table[box] = {n if n.startswith("lecture0") else f"lecture09.{n}" for n in names}
+    return table
+
+
+def test_the_table_names_every_box_of_the_code():
+    boxes = {group(m) for m in module_files()} - {"lecture09"}
+    assert boxes == set(allowed_imports()), boxes ^ set(allowed_imports())
+
+
+def test_every_import_follows_the_layering():
+    table = allowed_imports()
+    wrong = []
+    for module, targets in graph().items():
+        box = group(module)
+        for target in targets:
+            if group(target) != box and group(target) not in table.get(box, set()):
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, wrong
+
+
+def find_cycle(edges):
+    """One import cycle as a list of modules, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle():
+    assert find_cycle(graph()) is None
+
+
+def test_no_module_loads_a_script():
+    loaders = {"spec_from_file_location", "run_path", "import_module", "__import__"}
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                assert name not in loaders, f"{module} calls {name}"
