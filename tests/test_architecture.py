@@ -16,7 +16,7 @@ def module_files():
     """{dotted module name: path} for every module of the toolkit (scripts excluded)."""
     modules = {}
     for path in sorted(CODE.glob("lecture*/**/*.py")):
-        if SCRIPT.match(path.name):
+        if SCRIPT.match(path.name) or path.stem == "_course_path":   # scripts, and their bootstrap
             continue
         parts = list(path.relative_to(CODE).with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -123,3 +123,18 @@ def test_no_module_loads_a_script():
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))
                 assert name not in loaders, f"{module} calls {name}"
+
+
+def test_a_clone_without_the_install_finds_the_toolkit():
+    """`python -S` starts without site-packages (so without the editable install): the
+    scripts' one bootstrap (_course_path.py) must put code/ on the path. These scripts
+    need nothing but the standard library for what is run here."""
+    import subprocess
+    import sys
+    for script, argv in (("lecture01/01_world.py", ["--samples", "2"]),
+                         ("lecture09/02_data_parallel.py", ["--help"]),
+                         ("lecture09/06_swarm_http.py", ["--help"])):
+        done = subprocess.run([sys.executable, "-S", str(CODE / script), *argv], capture_output=True,
+                              text=True, cwd=str(ROOT.parent), timeout=60)
+        assert done.returncode == 0, (script, done.stderr[-1500:])
+        assert done.stdout.strip(), script

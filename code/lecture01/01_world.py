@@ -25,16 +25,14 @@ import math
 import random
 import re
 import statistics
-import sys
 import textwrap
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 try:
     import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
-except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+except ModuleNotFoundError:
+    import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import run_main, int_at_least, int_in
 from lecture01.console import bar_chart, print_header, print_table, print_wrapped

@@ -38,8 +38,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 try:
     import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
-except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+except ModuleNotFoundError:
+    import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import (run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)

@@ -38,12 +38,11 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 try:
-    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
-except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:
+    import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import alpha_beta
 from lecture09.parallel import memory_model as mm

@@ -72,9 +72,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 try:
-    import lecture09  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
-except ModuleNotFoundError:  # a clone without that install: the toolkit is the folder above this one
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:
+    import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import (  # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
