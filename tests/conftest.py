@@ -51,6 +51,28 @@ def decimals_in(text):
     return re.findall(DECIMAL, text)
 
 
+def printed_samples(out):
+    """The sampled texts 02_train_base.py printed, unwrapped: '  1 | text' then
+    continuation lines '    | text' (joined with a space, where the wrap broke a line)."""
+    import re
+    samples = []
+    for line in out.splitlines():
+        m = re.match(r"^  (\d+) \| (.*)$", line)
+        if m:
+            samples.append(m.group(2))
+        elif line.startswith("    | ") and samples:
+            samples[-1] += " " + line[6:]
+    return samples
+
+
+def without_newline_marks(printed):
+    """A printed sample with its newline marks taken out. The script prints each newline as
+    ' / ' ('/' is not in the alphabet), so n newlines in a row print as ' /  / ...'; every
+    '/' that stands between spaces (or at an end) is a mark, however many follow in a row."""
+    import re
+    return re.sub(r"(?<![^ ])/(?![^ ])", " ", printed)
+
+
 def notes_section(path, heading_prefix):
     """The text of a Markdown section: from the heading that starts with heading_prefix
     (e.g. "## 7") to the next heading of the same level."""

@@ -22,7 +22,8 @@ import re
 
 import pytest
 
-from conftest import LECTURE01, ROOT, decimals_in, other_precision, run_script
+from conftest import (LECTURE01, ROOT, decimals_in, other_precision, printed_samples, run_script,
+                      without_newline_marks)
 
 pytestmark = pytest.mark.slow
 
@@ -98,22 +99,10 @@ def parse_run(out):
     run["sd"] = float(re.search(r"sd=sqrt\(n·p·\(1-p\)\)=(\d+\.\d+)", obs).group(1))
     m = re.search(r"样本的(\d+)个完整的词里，(\d+)个（(\d+)%）", obs)
     run["words"], run["real_words"], run["real_pct"] = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    run["samples"] = _samples(out)
+    run["samples"] = printed_samples(out)
     run["per_relation"] = {m.group(1): (int(m.group(2)), int(m.group(3)))
                            for m in re.finditer(r"^([a-z_]+)\s+(\d+)\s+(\d+)\s+\d+%$", out, re.M)}
     return run
-
-
-def _samples(out):
-    """The sampled texts, unwrapped: '  1 | text' then continuation lines '    | text'."""
-    samples = []
-    for line in out.splitlines():
-        m = re.match(r"^  (\d+) \| (.*)$", line)
-        if m:
-            samples.append(m.group(2))
-        elif line.startswith("    | ") and samples:
-            samples[-1] += " " + line[6:]
-    return samples
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +336,7 @@ def test_samples_use_only_the_alphabet_and_lines_fit(runs, name):
     run = runs[name]
     assert len(run["samples"]) == 3
     for text in run["samples"]:
-        assert set(text.replace(" / ", " ")) <= set(ALPHABET), text
+        assert set(without_newline_marks(text)) <= set(ALPHABET), text
     too_wide = [line for line in run["out"].splitlines() if display_width(line) > 100]
     assert not too_wide, too_wide
 
