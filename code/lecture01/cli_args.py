@@ -87,11 +87,22 @@ def run_main(main, failures=()):
     The scripts' own clean-up (finally blocks, gloo_ranks, process pools) has already
     stopped every process they started by the time KeyboardInterrupt arrives here, so one
     line is all a student needs to see. `failures`: exception types that mean "a part of
-    the run failed" (e.g. gloo_ranks.RankFailed): one line, status 1, no traceback.
-    An int returned by main() is the exit status.
+    the run failed" (e.g. gloo_ranks.RankFailed): one line and no traceback, status 1 (or
+    the exception's `exit_status`, 2 for a usage error). An int returned by main() is the
+    exit status.
+
+    Started by torchrun as one of several ranks (RANK, WORLD_SIZE, LOCAL_RANK set), only
+    rank 0 writes to stdout: every rank runs the whole script, and the class reads one copy.
     """
     import atexit
+    import os
     import sys
+
+    if os.environ.get("RANK", "0") != "0" and "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ:
+        sys.stdout.flush()                # file descriptor 1 itself: also what modules bound at import
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
     # At exit, not here: a caller that goes on after SystemExit (a test) keeps its pools.
     atexit.unregister(stop_resource_tracker)
@@ -103,7 +114,7 @@ def run_main(main, failures=()):
         sys.exit(130)
     except failures as error:
         print(f"错误 error: {error}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(getattr(error, "exit_status", 1))
     sys.exit(status if isinstance(status, int) else 0)
 
 

@@ -412,4 +412,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main, failures=(gloo_ranks.RankFailed,))
+    run_main(main, failures=gloo_ranks.LAUNCH_FAILURES)

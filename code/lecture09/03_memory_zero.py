@@ -42,6 +42,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import alpha_beta
+from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
 from lecture01.cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int
 from lecture01.console import print_header, print_table, print_wrapped
@@ -303,7 +304,6 @@ def run_demo3(real, out=print_wrapped):
 # =============================================================================
 
 def run_demo4(real, out=print_wrapped):
-    from lecture09.ranks import gloo_ranks
     from lecture01 import tiny_gpt
     from lecture09.parallel import zero
 
@@ -438,4 +438,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, failures=gloo_ranks.LAUNCH_FAILURES)

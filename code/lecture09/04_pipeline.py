@@ -45,6 +45,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import alpha_beta
+from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel import parallel_plan
 from lecture09.parallel import pipeline
@@ -210,7 +211,6 @@ def check_pipeline(real):
     a gradient sent to the wrong stage changes them by ~1e-2."""
     import torch
 
-    from lecture09.ranks import gloo_ranks
     from lecture01 import tiny_gpt
     from lecture09.lecture_model import MODEL_CONFIG
 
@@ -277,7 +277,6 @@ def check_tensor_parallel(real):
     Tolerance TP_ATOL: a split layer sums each output over the input features in two (or
     more) partial sums and then adds them, where nn.Linear sums in one go; values of size
     ~1 after ~100-200 products differ by float32 rounding, ~1e-6 (measured 3e-6)."""
-    from lecture09.ranks import gloo_ranks
     from lecture09.parallel import tensor_parallel as tp
 
     case = tp.TPCase()
@@ -540,4 +539,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, failures=gloo_ranks.LAUNCH_FAILURES)

@@ -51,6 +51,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09 import dist_sim
+from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.schedule import schedule_study
 from lecture09.compress import training_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
@@ -1003,4 +1004,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, failures=gloo_ranks.LAUNCH_FAILURES)

@@ -1,11 +1,21 @@
-"""Run a function on real torch.distributed ranks: one process per rank, gloo over loopback.
+"""Run a function on real torch.distributed ranks, gloo on CPU, launched one of two ways.
 
 Introduced in lecture 9, code 1 (01_collectives.py, notes §5); every lecture-9 script and
 test that needs real ranks imports it, so all of them start, time out and clean up the
-same way (the pattern of Stanford CS336's systems assignment: spawn the ranks, gloo on
-CPU, pick the port free in the parent).
+same way.
 
     results = run_ranks(worker, world_size=3, args=(n_elements,))
+
+- Self-spawned (the default): one child process per rank on this machine, gloo over
+  127.0.0.1, the port picked free in the parent (the pattern of Stanford CS336's systems
+  assignment).
+- Under torchrun (`torchrun --nproc-per-node N script.py ...`, also over several machines:
+  `--nnodes 2 --node-rank k --rdzv-endpoint HOST:PORT`): torchrun has started one copy of
+  the script per rank and set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; run_ranks then
+  joins them with env:// (once per process), runs the worker in this process and gathers
+  every rank's result, so each copy returns the same list. Only rank 0 prints (run_main).
+  Every demo checks itself against a single CPU process, so the ranks stay on gloo and
+  CPU on a GPU machine as well; NCCL is not used (and could not be tested here).
 
 `worker(rank, world_size, *args)` runs in each child after init_process_group("gloo");
 its return value (anything picklable: CPU tensors, floats) comes back in rank order.
@@ -13,12 +23,10 @@ its return value (anything picklable: CPU tensors, floats) comes back in rank or
 method pickles it by name, and a script named 01_collectives.py cannot be imported, so
 workers live in small modules beside the scripts (collectives.py, data_parallel.py).
 Children find them because multiprocessing hands the parent's sys.path to its children.
-
-Known gloo gaps (torch 2.13, CPU): no bf16 tensors; ReduceOp.AVG unreliable (sum, then
-divide); batch_isend_irecv can hang (use send/recv or isend/irecv pairs).
 """
 
 import multiprocessing
+import os
 import pickle
 import queue as queue_module
 import signal
@@ -146,10 +154,57 @@ def _first_failure(results, first):
     return RankFailed(rank, reason, details)
 
 
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched_by_torchrun(environ=None):
+    """True when torchrun (or another launcher of its kind) started this process as one rank."""
+    environ = os.environ if environ is None else environ
+    return all(name in environ for name in TORCHRUN_VARIABLES)
+
+
+class WrongWorldSize(ValueError):
+    """Under torchrun, a demo needs a number of ranks the launcher did not start: a usage
+    error (run_main: one line, status 2)."""
+    exit_status = 2
+
+
+# What a script with real ranks hands to run_main: failures that get one line, no traceback.
+LAUNCH_FAILURES = (RankFailed, WrongWorldSize)
+
+
+_TORCHRUN = {"timeout_s": None}      # the process group torchrun's ranks joined, once per process
+
+
+def _torchrun_ranks(worker, world_size, args, timeout_s):
+    """run_ranks under torchrun: this process is one rank; every rank gets every result."""
+    import torch
+    import torch.distributed as dist
+
+    started = int(os.environ["WORLD_SIZE"])
+    if started != world_size:
+        raise WrongWorldSize(f"这一步要 {world_size} 个 rank，torchrun 启动了 {started} 个 "
+                             f"(needs {world_size} ranks; torchrun started {started}: "
+                             f"--nnodes x --nproc-per-node must be {world_size})")
+    if not dist.is_initialized():
+        torch.set_num_threads(1)
+        # gloo's timeout bounds each collective; the first demo's timeout_s (never the 1800 s default)
+        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+        _TORCHRUN["timeout_s"] = timeout_s
+    rank = dist.get_rank()
+    dist.barrier()                       # every rank arrives at the same demo
+    value = worker(rank, world_size, *args)
+    values = [None] * world_size
+    dist.all_gather_object(values, pickle.dumps(value))
+    return [pickle.loads(v) for v in values]
+
+
 def run_ranks(worker, world_size, args=(), timeout_s=60, port=None):
     """Run worker(rank, world_size, *args) on world_size gloo ranks; their results in rank order.
 
-    port: where rank 0 listens for the others (default: free_port()).
+    port: where rank 0 listens for the others (default: free_port()). Under torchrun the
+    launcher's MASTER_ADDR and MASTER_PORT are used instead, and a world size other than
+    torchrun's raises WrongWorldSize.
 
     Raises RankFailed (a RuntimeError) naming the rank and a one-line reason as soon as
     one rank raises or dies, and after timeout_s seconds of wall time (spawning included).
@@ -157,6 +212,8 @@ def run_ranks(worker, world_size, args=(), timeout_s=60, port=None):
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if launched_by_torchrun():
+        return _torchrun_ranks(worker, world_size, args, timeout_s)
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = free_port() if port is None else port

@@ -1,0 +1,65 @@
+"""Real-rank scripts run under torchrun as well as self-spawned: two torchrun agents on
+127.0.0.1 play two machines (--nnodes 2 --node-rank k --rdzv-endpoint HOST:PORT), and
+what rank 0 prints equals the golden quick-mode output of the self-spawned run."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LECTURE09, ROOT
+from golden_compare import differences
+from test_golden_outputs import GOLDEN_DIR, GOLDENS
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]     # what the torchrun command runs
+
+
+def torchrun_nodes(script, args, nnodes, nproc_per_node, timeout_s=240):
+    """Start one torchrun agent per "node" on this machine; [(status, stdout, stderr)] per node."""
+    from lecture09.ranks.gloo_ranks import free_port
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen([*TORCHRUN, "--nnodes", str(nnodes), "--node-rank", str(k),
+                                "--nproc-per-node", str(nproc_per_node), "--rdzv-endpoint", endpoint,
+                                str(script), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT.parent))
+              for k in range(nnodes)]
+    done = []
+    try:
+        for agent in agents:
+            out, err = agent.communicate(timeout=timeout_s)
+            done.append((agent.returncode, out, err))
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+    return done
+
+
+def test_launched_by_torchrun_reads_the_launchers_variables():
+    from lecture09.ranks.gloo_ranks import launched_by_torchrun
+    full = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert launched_by_torchrun(full)
+    assert not launched_by_torchrun({})
+    assert not launched_by_torchrun({k: v for k, v in full.items() if k != "MASTER_PORT"})
+
+
+def test_two_nodes_on_loopback_print_what_the_self_spawned_run_prints():
+    golden = next(g for g in GOLDENS if g.name == "lecture09_02_data_parallel")
+    (status0, out0, err0), (status1, out1, err1) = torchrun_nodes(ROOT / golden.script, golden.args, 2, 1)
+    assert status0 == 0 and status1 == 0, (err0[-2000:], err1[-2000:])
+    assert out1 == ""                                             # only rank 0 prints
+    expected = (GOLDEN_DIR / f"{golden.name}.txt").read_text(encoding="utf-8")
+    assert differences(out0, expected, golden) == []
+
+
+def test_a_world_size_torchrun_did_not_start_is_one_line():
+    """02 needs 2 ranks; 3 started: every rank stops with one line and status 2, no traceback."""
+    [(status, out, err)] = torchrun_nodes(LECTURE09 / "02_data_parallel.py", ["--demo", "1", "--quick"], 1, 3)
+    assert status != 0
+    lines = [line for line in err.splitlines() if line.startswith("错误 error:")]
+    assert lines and all("torchrun started 3" in line for line in lines), err[-2000:]
+    assert len(lines) == 3                                        # each rank says it once
+    assert "exitcode  : 2" in err                                 # torchrun's report of the ranks
+    assert 'code/lecture09' not in "".join(l for l in err.splitlines() if l.strip().startswith("File "))
