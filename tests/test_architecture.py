@@ -8,6 +8,10 @@ from pathlib import Path
 
 from conftest import ROOT
 
+import pytest
+
+pytestmark = pytest.mark.smoke
+
 CODE = ROOT / "code"
 SCRIPT = re.compile(r"^\d\d_")
 

@@ -9,6 +9,8 @@ import pytest
 
 from lecture01.cli_args import run_main
 
+pytestmark = pytest.mark.smoke
+
 
 class PartFailed(Exception):
     pass

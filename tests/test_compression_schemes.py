@@ -9,6 +9,8 @@ import torch
 from lecture09.compress import compression as c
 from lecture09.compress.compression_schemes import SCHEMES, BlockInt8, Options, pack_bits, unpack_bits
 
+pytestmark = pytest.mark.smoke
+
 
 def ramp(n, seed=0):
     return torch.randn(n, generator=torch.Generator().manual_seed(seed))

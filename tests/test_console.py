@@ -6,6 +6,8 @@ import pytest
 
 from lecture01 import console
 
+pytestmark = pytest.mark.smoke
+
 
 def test_display_width_counts_wide_characters_as_two():
     assert console.display_width("abc") == 3

@@ -8,6 +8,8 @@ from lecture01 import fm_world
 from conftest import LECTURE01, load_script
 from lecture01.fm_world import ALPHABET, Fact, World, WorldConfig, build_world
 
+pytestmark = pytest.mark.smoke
+
 
 @pytest.fixture(scope="module")
 def world():

@@ -2,6 +2,10 @@
 
 from golden_compare import Golden, differences, units
 
+import pytest
+
+pytestmark = pytest.mark.smoke
+
 GOLDEN = Golden("example", "none.py", (), tolerant=(r"bits/字符",), skip=(r"样本 samples",), mask=(r"\d+\.\d s\b",))
 TEXT = """标题 title
 表 table      字节 bytes

@@ -14,6 +14,10 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+import pytest
+
+pytestmark = pytest.mark.smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "code").glob("lecture*/**/*.py")) + sorted((ROOT / "tests").glob("*.py"))
 NOTES = sorted((ROOT / "lectures").glob("*.md"))

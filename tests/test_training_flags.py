@@ -8,6 +8,8 @@ from conftest import load_script, LECTURE09
 from lecture09.compress import training_flags
 from lecture09.compress.compressed_dp import Seeds, TrainSetup
 
+pytestmark = pytest.mark.smoke
+
 SHARED = ("--steps", "--model-seed", "--data-seed", "--seeds", "--jobs", "--precision", "--fp32")
 
 

@@ -20,7 +20,6 @@ python3 01_world.py --train-chars 50000  # 更小的世界文本（练习：看�
 只需要 Python 标准库（不需要 torch）。
 """
 
-import argparse
 import math
 import random
 import re
@@ -34,7 +33,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import run_main, int_at_least, int_in
+from lecture01.cli_args import Parser, run_main, int_at_least, int_in
 from lecture01.console import bar_chart, print_header, print_table, print_wrapped
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world
 
@@ -60,7 +59,7 @@ CHAR_NAMES = {"\n": "\\n 换行 newline", " ": "空格 space"}
 # ----------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description="玩具世界一览 the toy world at a glance (lecture 1, code 1)")
     parser.add_argument("--seed", type=int_at_least(0), default=0,
                         help="世界的随机种子 world seed (default %(default)s: the world every lecture uses)")

@@ -23,7 +23,6 @@ Lecture 1, code 2: train the base model on the toy world.
 小数上不同，换种子也一样；观察里的每句话都由这次运行自己的数决定措辞（讲义第 6 节）。
 """
 
-import argparse
 import hashlib
 import json
 import math
@@ -41,7 +40,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (run_main, add_precision_arguments, float_in, non_negative_int,
+from lecture01.cli_args import (Parser, run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)
 from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
@@ -95,7 +94,7 @@ class BaseRunConfig:
 
 def parse_args(argv=None):
     d = BaseRunConfig          # the class: its plain defaults, without resolving the precision (torch)
-    p = argparse.ArgumentParser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
+    p = Parser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
     p.add_argument("--steps", type=positive_int, default=d.steps, help="训练步数 training steps (default %(default)s)")
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="每步的序列数 (default %(default)s)")
     p.add_argument("--lr", type=LEARNING_RATE, default=d.peak_lr,

@@ -1,15 +1,50 @@
-"""Checked argparse types: nonsense on the command line gives a one-line error and exit 2.
+"""Flags for every script: a parser whose help fits the projector, and checked types.
 
-Introduced in lecture 1; every script's flags use these, so `--steps -3` or `--lr nan`
-is refused the same way everywhere (argparse prints "error: argument --steps: ..." and
-exits with status 2, never a traceback).
+Introduced in lecture 1; every script builds its flags with `Parser` and these types, so
+`--steps -3` or `--lr nan` is refused the same way everywhere: one line naming the flag
+and a hint to --help, exit status 2, never a traceback nor the whole usage block.
 
+    parser = Parser(description="...")
     parser.add_argument("--steps", type=int_at_least(1))
     parser.add_argument("--lr", type=positive_float)
 """
 
 import argparse
 import math
+import os
+import shutil
+
+from lecture01.console import LINE_WIDTH, wrap
+
+
+class DisplayWidthHelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped by display columns (a Chinese character takes two), within
+    the terminal and never wider than LINE_WIDTH (argparse itself counts characters)."""
+
+    def __init__(self, prog, **kwargs):
+        columns = min(shutil.get_terminal_size((LINE_WIDTH, 24)).columns, LINE_WIDTH)
+        kwargs.setdefault("width", columns - 2)            # argparse's own margin
+        kwargs.setdefault("max_help_position", 24)
+        super().__init__(prog, **kwargs)
+
+    def _split_lines(self, text, width):
+        return wrap(self._whitespace_matcher.sub(" ", text).strip(), width=width, indent="") or [""]
+
+    def _fill_text(self, text, width, indent):
+        lines = wrap(indent + self._whitespace_matcher.sub(" ", text).strip(), width=width, indent=indent)
+        return "\n".join(lines)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser with DisplayWidthHelpFormatter, whose errors are one line."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DisplayWidthHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        prog = os.path.basename(self.prog)
+        self.exit(2, f"{prog}: error: {message}（--help 查看全部参数 see --help）\n")
 
 
 def int_in(low=None, high=None):

@@ -31,7 +31,6 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
 数字）；code/lecture01 的 console.py、cli_args.py。
 """
 
-import argparse
 import statistics
 import sys
 import time
@@ -46,7 +45,7 @@ from lecture09.ranks import alpha_beta
 from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
-from lecture01.cli_args import run_main, int_in, positive_float
+from lecture01.cli_args import Parser, run_main, int_in, positive_float
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -350,7 +349,7 @@ def observations(setup, real, r, out=print_wrapped):
 
 def parse_args(argv=None):
     m, real = ModelSetup(), RealSetup()
-    p = argparse.ArgumentParser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
+    p = Parser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")

@@ -31,7 +31,6 @@ gloo 进程由 gloo_ranks.py 启动和收尾，每个进程一个 torch 线程�
 fm_world.py、console.py、cli_args.py。
 """
 
-import argparse
 import statistics
 import sys
 import time
@@ -43,7 +42,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
-from lecture01.cli_args import run_main, int_in, positive_float
+from lecture01.cli_args import Parser, run_main, int_in, positive_float
 from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
 
 
@@ -326,7 +325,7 @@ def observations(setup, r, out=print_wrapped):
 
 def parse_args(argv=None):
     s = Setup()
-    p = argparse.ArgumentParser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
+    p = Parser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
     p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")

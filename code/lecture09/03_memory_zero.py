@@ -31,7 +31,6 @@ GB 指 10^9 字节（ZeRO 论文的用法：7.5B × 16 字节 = 120 GB）。用�
 code/lecture01 的 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -44,7 +43,7 @@ except ModuleNotFoundError:
 from lecture09.ranks import alpha_beta
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
-from lecture01.cli_args import run_main, float_in, int_in, non_negative_int, positive_float, positive_int
+from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -374,7 +373,7 @@ def demo4_observations(real, r, out=print_wrapped):
 
 def parse_args(argv=None):
     s, r = MemorySetup(), RealSetup()
-    p = argparse.ArgumentParser(
+    p = Parser(
         description="第 9 讲代码 3：显存、FLOPs 和 ZeRO (lecture 9 code 3: memory, FLOPs and ZeRO)",
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")

@@ -34,7 +34,6 @@ GB 指 10^9 字节。用时（elapsed）打印到 stderr。
 alpha_beta.py、gloo_ranks.py、dist_sim.py；code/lecture01 的 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -49,7 +48,7 @@ from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel import parallel_plan
 from lecture09.parallel import pipeline
-from lecture01.cli_args import run_main, int_in, non_negative_int, positive_int
+from lecture01.cli_args import Parser, run_main, int_in, non_negative_int, positive_int
 from lecture01.console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped
 
 
@@ -468,7 +467,7 @@ def demo4_observations(setup, r, out=print_wrapped):
 
 def parse_args(argv=None):
     s, r, pl = ScheduleSetup(), RealSetup(), PlanSetup()
-    p = argparse.ArgumentParser(
+    p = Parser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")

@@ -55,7 +55,7 @@ from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.schedule import schedule_study
 from lecture09.compress import training_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks, datacenter_comm_s
-from lecture01.cli_args import (run_main, float_in, int_in, non_negative_int, positive_float,
+from lecture01.cli_args import (Parser, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 from lecture01.console import (LINE_WIDTH, StatusLine, display_width, format_table, histogram_lines, pad,
                                print_header, print_table, print_wrapped)
@@ -858,7 +858,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
 
 def parse_args(argv=None):
     s, d = ScheduleSetup(), DEMO2_DEFAULTS
-    p = argparse.ArgumentParser(
+    p = Parser(
         description="第 9 讲代码 5：去中心化训练 (lecture 9 code 5: decentralized training)",
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
     p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default all)")

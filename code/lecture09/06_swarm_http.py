@@ -76,7 +76,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (  # noqa: E402
+from lecture01.cli_args import (Parser,   # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import LINE_WIDTH, display_width, format_table, print_header, print_wrapped, wrap  # noqa: E402
@@ -662,7 +662,7 @@ ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)",
 
 def build_parser():
     server_defaults, worker_defaults = SERVER, WORKER
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description="一群工作者进程通过 HTTP 训练一个小 GPT（第 9 讲 代码 6）。A tiny GPT trained by a swarm of "
                     "worker processes over HTTP (lecture 9, code 6). 不带 --serve / --worker：默认运行 the default "
                     "run, tables (1), (1b) and (2).")

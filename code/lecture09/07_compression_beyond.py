@@ -23,7 +23,6 @@ and what each buys on demo 1's slow network.
 local_sgd.py、dist_sim.py 和 schedule_setup.py（演示 1 的任务和网络）。用时打印到 stderr。
 """
 
-import argparse
 import math
 import sys
 import time
@@ -34,7 +33,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
+from lecture01.cli_args import Parser, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
@@ -288,7 +287,7 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
 
 def parse_args(argv=None):
     d = DEFAULTS
-    p = argparse.ArgumentParser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
+    p = Parser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
                    help="按块 int8 每块的分量数 entries per scale (default %(default)s)")

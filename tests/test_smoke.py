@@ -1,0 +1,65 @@
+"""The smoke set's script runs (`python3 -m pytest -m smoke`, about a minute on 2 cores):
+every script answers --help within 100 columns, and runs its cheapest demo as a student
+would, from another folder. Every full quick run, compared with its golden output, is in
+tests/test_golden_outputs.py (the fast suite): together those need ~180 CPU-seconds here,
+more than a one-minute check on 2 cores has."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import LECTURE01, LECTURE09, ROOT
+
+pytestmark = pytest.mark.smoke
+
+SCRIPTS = sorted(LECTURE01.glob("0*.py")) + sorted(LECTURE09.glob("0*.py"))
+
+# The cheapest run of each script that still does its own work (flags as --help lists them).
+CHEAPEST = {
+    "01_world.py": ["--samples", "2"],
+    "02_train_base.py": ["--steps", "2", "--eval-every", "2", "--probes", "2", "--samples", "1", "--no-cache",
+                         "--fp32"],
+    "01_collectives.py": ["--demo", "5", "--quick"],               # real gloo ranks
+    "02_data_parallel.py": None,                                   # real ranks again: golden tests
+    "03_memory_zero.py": ["--demo", "1"],
+    "04_pipeline.py": ["--demo", "1"],
+    "05_decentralized.py": ["--demo", "1", "--quick"],
+    "06_swarm_http.py": ["--steps", "2", "--workers", "1", "--modes", "none"],   # server and a worker
+    "07_compression_beyond.py": None,                              # every table trains: golden tests
+}
+
+
+def run(script, argv):
+    import os
+    from lecture01.console import display_width
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                          cwd=str(ROOT.parent), timeout=120, env={**os.environ, "COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    wide = [line for line in done.stdout.splitlines() if display_width(line) > 100]
+    assert not wide, wide[:3]
+    return done.stdout
+
+
+def test_every_script_is_in_the_table():
+    assert {s.name for s in SCRIPTS} == set(CHEAPEST)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_help_fits_and_names_the_flags(script):
+    out = run(script, ["--help"])
+    assert out.startswith("usage:") and "--help" in out
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_a_bad_flag_is_one_line_with_a_hint(script):
+    done = subprocess.run([sys.executable, str(script), "--no-such-flag"], capture_output=True, text=True,
+                          cwd=str(ROOT.parent), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "error:" in done.stderr and "--help" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if CHEAPEST[s.name]], ids=lambda s: s.name)
+def test_cheapest_demo_runs(script):
+    out = run(script, CHEAPEST[script.name])
+    assert out.count("\n") >= 5
