@@ -1,0 +1,203 @@
+"""Demo 2 of code 5, printed: the rows to train (TABLE_A with AdamW, TABLE_B with SGD),
+both tables row by row as results arrive, and observations worded from the paired
+differences (lecture 9, §7.6-§7.8). Imports torch (through compressed_dp).
+"""
+
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+
+from lecture01 import tiny_gpt
+from lecture01.console import pad, print_header, print_wrapped
+from lecture09.compress import compressed_dp
+from lecture09.compress.compressed_dp import Run, Spread
+
+TABLE_A = (Run("不压缩（fp32）", "adamw", "none"),
+           Run("fp16", "adamw", "fp16"),
+           Run("int8（整个向量一个缩放因子）", "adamw", "int8"),
+           Run("top-k，没有误差反馈", "adamw", "topk"),
+           Run("top-k，有误差反馈", "adamw", "topk", error_feedback=True),
+           Run("只发符号，没有误差反馈", "adamw", "sign"),
+           Run("只发符号，有误差反馈", "adamw", "sign", error_feedback=True))
+TABLE_B = (Run("不压缩（fp32）", "sgd", "none"),
+           Run("top-k，没有误差反馈", "sgd", "topk"),
+           Run("top-k，有误差反馈", "sgd", "topk", error_feedback=True))
+
+
+WORDS = {"same": "和不压缩差不多", "worse": "比不压缩差", "better": "比不压缩好", "unclear": "好坏说不清"}
+
+
+def seed_list(setup):
+    return [setup.seeds.shifted(k) for k in range(setup.n_seeds)]
+
+
+def training_jobs(setup):
+    """(run, seeds, train setup) for every row and seed, row by row: the print order."""
+    return [(run, seeds, setup.train) for run in TABLE_A + TABLE_B for seeds in seed_list(setup)]
+
+
+def _signed(x, digits=4):
+    return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"   # never "-0.0000"
+
+
+def _bpc_cell(spread, n_seeds):
+    if spread.n == 0:
+        return "发散 diverged"
+    diverged = spread.n_total - spread.n
+    if n_seeds == 1:
+        return f"{spread.mean:.4f}"
+    text = f"{spread.mean:.4f}（{spread.low:.4f}–{spread.high:.4f}）"
+    return text + (f" {diverged}/{spread.n_total} 发散" if diverged else "")
+
+
+def _delta_cell(deltas, n_seeds):
+    finite = [d for d in deltas if math.isfinite(d)]
+    if len(finite) < len(deltas):
+        return "—"
+    if n_seeds == 1:
+        return _signed(finite[0])
+    d = Spread.of(finite)
+    return f"{_signed(d.mean)}（{_signed(d.low)}..{_signed(d.high)}）"
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    run: "Run"
+    results: tuple          # RunResult per seed
+    deltas: tuple           # paired Δ per seed against the same optimizer's uncompressed run
+    bpc: "Spread"
+
+    @property
+    def verdict(self):
+        return compressed_dp.verdict(self.deltas)
+
+
+def print_demo2(setup, results_iter, started, out=print_wrapped):
+    """Print both tables row by row as results arrive; return {Run.key: RowSummary}."""
+    n_seeds = setup.n_seeds
+    seeds = seed_list(setup)
+    t = setup.train
+    print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
+                 f"batch {t.recipe.batch_size} = {t.n_workers} × {t.recipe.batch_size // t.n_workers}）")
+    out(f"模型：第 1 讲的小 GPT（lecture_model.MODEL_CONFIG，{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
+        f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
+    out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
+        f"验证集 bits/字符越低越好")
+    seed_text = "、".join(f"({s.model}, {s.data})" for s in seeds)
+    out(f"种子 seeds（模型 model, 数据 data）：{seed_text}。Δ = 这一行 − 同一优化器、同样种子的不压缩那一行"
+        "（配对差 paired difference）" + ("" if n_seeds == 1 else "；括号里是各种子的最小–最大"))
+    widths = (30, 9, 8, 25 if n_seeds > 1 else 12, 27 if n_seeds > 1 else 12)
+    header = (pad("压缩方式", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
+              + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">"))
+    summaries = {}
+    for title, runs in ((f"(a) AdamW（lr {t.recipe.peak_lr:g}）+ 聚合后全局裁剪到 {t.recipe.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
+                        (f"(b) {sgd_name(t)}，不裁剪（误差反馈的经典设定）", TABLE_B)):
+        out(f"\n{title}")
+        out(header)
+        out("-" * sum(widths))
+        for run in runs:
+            results = tuple(next(results_iter) for _ in seeds)
+            baseline = summaries.get(run.baseline_key)
+            base_results = results if baseline is None else baseline.results
+            deltas = tuple(compressed_dp.paired_deltas(results, base_results))
+            row = RowSummary(run, results, deltas, Spread.of(r.bpc for r in results))
+            summaries[run.key] = row
+            bytes_per_element = results[0].bytes_per_element
+            out(pad(run.label, widths[0]) + pad(f"{bytes_per_element:.3f}", widths[1], ">")
+                + pad(f"{bytes_per_element / 4:.4f}", widths[2], ">")
+                + pad(_bpc_cell(row.bpc, n_seeds), widths[3], ">")
+                + pad("—" if baseline is None else _delta_cell(deltas, n_seeds), widths[4], ">"))
+            sys.stdout.flush()
+    return summaries
+
+
+def sgd_name(t):
+    if t.sgd_momentum:
+        return f"带动量的 SGD（lr {t.sgd_lr:g}，动量 momentum {t.sgd_momentum:g}）"
+    return f"普通 SGD（lr {t.sgd_lr:g}，不带动量）"
+
+
+def precision_reason(choice, precision):
+    if choice != "auto":
+        return f"--precision {choice}"
+    return "auto：这台 CPU 有 bf16 硬件" if precision == "bf16" else "auto：这台 CPU 没有 bf16 硬件，用 fp32 更快"
+
+
+def demo2_observations(setup, rows, out=print_wrapped):
+    """Observations worded from the paired differences, found by (optimizer, scheme, EF)."""
+    t = setup.train
+    tol = compressed_dp.DELTA_TOLERANCE_BPC
+    n_seeds = setup.n_seeds
+    every = "" if n_seeds == 1 else f"（{n_seeds} 个种子都如此才算）"
+
+    def row(optimizer, scheme, ef=False):
+        return rows[(optimizer, scheme, ef)]
+
+    def bpc(r):
+        return "发散（loss 变成 NaN）" if r.bpc.n == 0 else f"{r.bpc.mean:.4f}"
+
+    def delta(r):
+        return "—" if not all(math.isfinite(d) for d in r.deltas) else _signed(statistics.fmean(r.deltas))
+
+    def gains(without, with_ef):
+        """Per seed, how much error feedback lowers bits per char (positive = it helps);
+        +inf if the run without it diverged and the one with it did not."""
+        out_gains = []
+        for a, b in zip(without.results, with_ef.results, strict=True):
+            if a.diverged or b.diverged:
+                out_gains.append(math.nan if a.diverged == b.diverged else (math.inf if a.diverged else -math.inf))
+            else:
+                out_gains.append(a.bpc - b.bpc)
+        return out_gains
+
+    def gain_words(g):
+        v = compressed_dp.verdict([-x for x in g])     # verdict calls a positive difference "worse"
+        words = {"better": "有帮助", "worse": "反而有害", "same": "几乎没有影响", "unclear": "说不清有没有帮助"}[v]
+        if any(math.isinf(x) for x in g):
+            return words + ("（没有它就发散）" if all(x > 0 for x in g) else "（有一边发散）")
+        mean = statistics.fmean(g)
+        spread = "" if len(g) == 1 else f"，各种子 {_signed(min(g))}..{_signed(max(g))}"
+        return f"{words}（{'好了' if mean >= 0 else '差了'} {abs(mean):.4f}{spread}）"
+
+    base, base_sgd = row("adamw", "none"), row("sgd", "none")
+    fp16, int8 = row("adamw", "fp16"), row("adamw", "int8")
+    topk, topk_ef = row("adamw", "topk"), row("adamw", "topk", True)
+    sign, sign_ef = row("adamw", "sign"), row("adamw", "sign", True)
+    topk_sgd, topk_sgd_ef = row("sgd", "topk"), row("sgd", "topk", True)
+    out("\n观察 Observations（演示 2）：")
+    if n_seeds == 1:
+        noise = "bits/字符本身随种子和 CPU 变（讲义 7.7 节；--seeds 3 量一量）"
+    else:
+        int8_deltas = Spread.of(int8.deltas)
+        base_range, delta_range = base.bpc.high - base.bpc.low, int8_deltas.high - int8_deltas.low
+        noise = (f"这次 {n_seeds} 组种子之间，不压缩的 AdamW 相差 {base_range:.4f}，"
+                 f"int8 的 Δ {'只' if delta_range < base_range else ''}相差 {delta_range:.4f}")
+    out(f" 0. 怎么读：{noise}；所以每一行都和同样种子的不压缩那一行相减（Δ，配对差）。"
+        f"|Δ| ≤ {tol:g} 算'差不多'{every}。")
+    out(f" 1. fp16：通信量减半，{WORDS[fp16.verdict]}（Δ {delta(fp16)}）。int8（整个向量一个缩放因子）：通信量 1/4，"
+        f"{WORDS[int8.verdict]}（Δ {delta(int8)}）；缩放因子由最大的那个梯度决定，平均 "
+        f"{statistics.fmean(r.zeroed_fraction for r in int8.results):.0%} 的分量被舍入成 0。"
+        "实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
+    sends = t.steps * t.topk_ratio
+    out(f" 2. top-{t.topk_ratio:.0%}：每步每个工作者只发 {t.topk_ratio:.0%} 的分量，{t.steps} 步里每个分量平均只被发出 "
+        f"{sends:g} 次。AdamW：没有误差反馈 {bpc(topk)}、有误差反馈 {bpc(topk_ef)}（不压缩 {bpc(base)}）；"
+        f"{sgd_name(t)}：没有误差反馈 {bpc(topk_sgd)}、有误差反馈 {bpc(topk_sgd_ef)}（不压缩 {bpc(base_sgd)}）。")
+    gain_adam, gain_sgd = gains(topk, topk_ef), gains(topk_sgd, topk_sgd_ef)
+    sgd_minus_adam = [s - a for s, a in zip(gain_sgd, gain_adam)]
+    more = compressed_dp.verdict([-x for x in sgd_minus_adam])
+    comparison = {"better": "误差反馈对 SGD 帮助更大", "worse": "误差反馈对 AdamW 帮助更大",
+                  "same": "误差反馈对两种优化器的作用差不多", "unclear": "说不清误差反馈对哪种优化器帮助更大"}[more]
+    diverged_note = ("没有误差反馈的 SGD 这次发散了，" if topk_sgd.bpc.n == 0 else
+                     ("没有误差反馈的 SGD 在部分种子上发散了，" if topk_sgd.bpc.n < topk_sgd.bpc.n_total else ""))
+    out(f"    误差反馈：对 AdamW {gain_words(gain_adam)}，对 SGD {gain_words(gain_sgd)}。"
+        f"{diverged_note}{comparison}{every}。")
+    out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
+        f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(gains(sign, sign_ef))}。")
+    out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
+        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，"
+        "不再是'晚一点发出去'那么简单。")
+    out(" 4. 这正是 1-bit Adam（Tang et al. 2021）的出发点：误差反馈对 SGD 这类线性的优化器有效，"
+        "对 Adam 这种非线性的优化器不能直接用。他们先用普通 Adam 热身，等方差项稳定后冻结它，再对动量做 1 bit 压缩"
+        "（工作者和服务器两边都有误差反馈）：通信量最多少到 1/5，BERT-Large 预训练吞吐最多提高到 3.3 倍。")
+    out(" 结论：压缩会和优化器、梯度裁剪互相影响，不能单独设计；这个几百步的玩具实验展示机制，不能决定哪种方法更好。")
