@@ -142,3 +142,15 @@ def test_a_clone_without_the_install_finds_the_toolkit():
                               text=True, cwd=str(ROOT.parent), timeout=60)
         assert done.returncode == 0, (script, done.stderr[-1500:])
         assert done.stdout.strip(), script
+
+
+DATA_FILES = {"fm_world.py"}     # the toy world: mostly its tables of names, places and relations
+MAX_LINES = 420                  # "about 400": a file a student reads in one sitting
+
+
+def test_no_lecture9_file_is_over_about_400_lines():
+    """Lecture 9's scripts are thin: their tables and observations live beside the modules
+    they describe. (Lecture 1's tiny_gpt.py and 02_train_base.py are ~460 lines.)"""
+    long = {str(p.relative_to(CODE)): n for p in CODE.glob("lecture09/**/*.py")
+            if p.name not in DATA_FILES and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, long
