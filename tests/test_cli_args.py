@@ -81,3 +81,16 @@ def test_a_script_that_spawned_a_pool_leaves_no_process_when_it_exits(tmp_path):
     assert status == 0, err
     assert not left, f"processes left behind: {left}"
     assert "leaked" not in err
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    """`python3 script.py | head -3`: the pipe closes while the script still prints."""
+    import subprocess
+    import sys
+    from conftest import LECTURE09
+    proc = subprocess.Popen([sys.executable, str(LECTURE09 / "03_memory_zero.py"), "--demo", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                  # before the script prints: what head does, early
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err, err

@@ -167,3 +167,20 @@ def test_help_needs_no_torch():
     assert done.returncode == 0 and "--real-p" in done.stdout
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "numpy" in imported and "torch" not in imported
+
+
+def test_demo4_sizes_are_multiples_of_p_and_unchanged_for_powers_of_two():
+    code1 = load_script(LECTURE09 / "01_collectives.py")
+    sizes = (2**10, 2**14, 2**30)
+    assert code1.demo4_sizes(sizes, 16) == list(sizes)
+    assert code1.demo4_sizes(sizes, 3) == [1026, 16386, 2**30 + 2]       # by hand: the next multiple of 3
+    assert all(n % 48 == 0 and 0 <= n - s < 48 for n, s in zip(code1.demo4_sizes(sizes, 48), sizes))
+
+
+@pytest.mark.parametrize("p", ["3", "12", "48"])
+def test_demo4_with_a_p_that_does_not_divide_the_sweep_runs_and_says_so(p, capsys):
+    """The crash of issue 21: --p 3 passed the flag check, then demo 4 swept from 1 KiB."""
+    code1 = load_script(LECTURE09 / "01_collectives.py")
+    results, out = main_quietly(code1.main, ["--demo", "4", "--p", p, "--n-bytes", "3145728"])
+    assert f"p = {p} 不整除 2 的幂" in out
+    assert results["demo4"]["crossover_bytes"] > 0

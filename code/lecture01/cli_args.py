@@ -150,6 +150,10 @@ def run_main(main, failures=()):
     except failures as error:
         print(f"错误 error: {error}", file=sys.stderr)
         sys.exit(getattr(error, "exit_status", 1))
+    except BrokenPipeError:               # the reader went away (python3 script.py | head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())     # so the interpreter's own flush at exit finds no pipe
+        sys.exit(1)
     sys.exit(status if isinstance(status, int) else 0)
 
 

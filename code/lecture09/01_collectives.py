@@ -206,12 +206,21 @@ def crossover_bytes(setup, p, fast_small, fast_large):
     return (r_large - r_small) * setup.latency_s * setup.bandwidth_bytes_per_s / slope_gap
 
 
+def demo4_sizes(sizes, p):
+    """The message sizes of demo 4 for p workers: each size, rounded up to a multiple of p
+    (the formulas cut n into p equal chunks); unchanged when p divides it (p a power of 2)."""
+    return [n + (-n) % p for n in sizes]
+
+
 def run_demo4(setup, out=print_wrapped):
     p = setup.size_table_p
     alpha, beta = setup.latency_s, setup.bandwidth_bytes_per_s
     print_header(f"演示 4 demo 4：p = {p} 个工作者的 all-reduce，时间随消息大小 n 怎样变（α–β 模型）")
+    sizes = demo4_sizes(setup.sizes_bytes, p)
+    if sizes != list(setup.sizes_bytes):
+        out(f"p = {p} 不整除 2 的幂：每个 n 取不小于它的、{p} 的最小倍数（公式把 n 切成 {p} 块一样大的）。")
     rows = []
-    for n in setup.sizes_bytes:
+    for n in sizes:
         times = {alg: alpha_beta.collective_time_s("all-reduce", alg, n, p, alpha, beta) for alg in ALGORITHMS}
         best = min(ALGORITHMS, key=times.get)
         latency_part = 2 * (p - 1) * alpha / times["ring"]
