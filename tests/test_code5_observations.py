@@ -31,6 +31,10 @@ def test_error_feedback_words_follow_the_numbers(argv, capsys):
         plain, with_ef = rows[(optimizer, "topk", False)], rows[(optimizer, "topk", True)]
         gain = plain.bpc.mean - with_ef.bpc.mean
         assert _flat(f"对 {name} {_expected_help_words(gain)}") in out, (argv, name, gain)
+    # observation 4 says what error feedback did to SGD here, never a fixed sentence
+    gain_sgd = rows[("sgd", "topk", False)].bpc.mean - rows[("sgd", "topk", True)].bpc.mean
+    assert _flat("误差反馈帮了" if gain_sgd > TOL else "误差反馈没有帮") in out, (argv, gain_sgd)
+    assert _flat("误差反馈对 SGD 这类线性的优化器有效") not in out
     for key, label in ((("adamw", "fp16", False), "fp16：通信量减半，"), (("adamw", "int8", False), "通信量1/4，")):
         delta = rows[key].deltas[0]
         word = "和不压缩差不多" if abs(delta) <= TOL else ("比不压缩差" if delta > 0 else "比不压缩好")
