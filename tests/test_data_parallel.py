@@ -142,3 +142,21 @@ def test_ctrl_c_stops_every_process_with_one_line():
     assert len(ranks) == 2                           # there were two rank processes to stop ...
     for pid in ranks:                                # ... and neither is left (the script reaped them)
         assert subprocess.run(["kill", "-0", pid], capture_output=True).returncode != 0
+
+
+def test_loss_sentence_says_identical_only_when_bit_identical():
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    same = {"flat": {"losses": [3.9, 3.1]}, "ddp": {"losses": [3.9, 3.1]}}
+    assert "逐位相同" in code2.loss_sentence(same, [3.9, 3.1], [3.9, 3.1])
+    apart = {"flat": {"losses": [3.9, 3.1]}, "ddp": {"losses": [3.9 + 2e-7, 3.1]}}
+    text = code2.loss_sentence(apart, [3.9, 3.1], [3.9, 3.1])
+    assert "只在舍入上不同" in text and "2.0e-07" in text and "逐位相同" not in text
+
+
+def test_one_bucket_is_not_said_to_overlap(capsys):
+    """--bucket-kb larger than the gradient: one bucket, sent after backward (issue 21, 3)."""
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    code2.main(["--demo", "1", "--quick", "--bucket-kb", "1024"])
+    out = capsys.readouterr().out.replace("\n", "").replace(" ", "")
+    assert "只有1个桶" in out
+    assert "在反向计算的同时进行" not in out and "藏到了反向计算后面" not in out

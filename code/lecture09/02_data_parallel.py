@@ -224,8 +224,7 @@ def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
     out(f"{W} 个进程上的权重{'逐位相同' if ranks_agree else '并不逐位相同'}：每个进程拿到同样的平均梯度，走同样的一步。")
     losses = results[0]["variants"]["flat"]["losses"]
     same_losses = all(results[0]["variants"][v]["losses"] == losses for v in results[0]["variants"])
-    out(f"各写法每步的训练 loss {'完全相同' if same_losses else '不完全相同'}："
-        + "，".join(f"{x:.4f}" for x in losses) + f"（参考：{'，'.join(f'{x:.4f}' for x in reference[2])}）。")
+    out(loss_sentence(results[0]["variants"], losses, reference[2]))
     compute_ms, timing = timing_rows(results, W)
     table = []
     for variant, t in timing.items():
@@ -286,6 +285,16 @@ def print_demo2(setup, results, out=print_wrapped):
 # Observations
 # =============================================================================
 
+def loss_sentence(variants, losses, reference):
+    """Whether every variant's training losses are bit-identical; if not, by how much they
+    differ, since four printed decimals can hide it (8 ranks sum in another order)."""
+    worst = max(abs(a - b) for v in variants.values() for a, b in zip(v["losses"], losses))
+    shown = "，".join(f"{x:.4f}" for x in losses) + f"（参考：{'，'.join(f'{x:.4f}' for x in reference)}）"
+    if worst == 0:
+        return f"各写法每步的训练 loss 逐位相同：{shown}。"
+    return f"各写法每步的训练 loss 只在舍入上不同（最大差 {worst:.1e}，四位小数看不出）：{shown}。"
+
+
 def observations(setup, r, out=print_wrapped):
     out("\n观察 Observations：")
     W = setup.world_size
@@ -300,13 +309,15 @@ def observations(setup, r, out=print_wrapped):
         calls = d["calls"]
         out(f" 2. 每步都要 all-reduce {n_bytes:,} 字节的梯度；环形算法里每个进程发出 2(W−1)/W·n = {ring:,.0f} 字节"
             f"（第 5 节）。朴素写法要 {calls['naive']} 次 all-reduce，每次付一次延迟 α；拼平只要 {calls['flat']} 次；"
-            f"分桶 {calls['bucketed']} 次，但它们在反向计算的同时进行。")
+            + (f"分桶 {calls['bucketed']} 次，在反向计算的同时进行（上面的时间线）。" if calls["bucketed"] > 1 else
+               "分桶这次只有 1 个桶（--bucket-kb 不小于整个梯度），要等反向全部算完才发：和拼平一样，没有重叠。"))
         t = d["timing"]
-        hidden = t["bucketed"]["after"] < t["flat"]["after"]
+        hidden = calls["bucketed"] > 1 and t["bucketed"]["after"] < t["flat"]["after"]
         out(f" 3. [实测] 反向结束以后还要等的通信：拼平 {t['flat']['after']:.1f} ms，分桶重叠 {t['bucketed']['after']:.1f} ms，"
             f"DDP {t['ddp']['after']:.1f} ms（DDP 的等待在 backward() 里面）。"
             + ("分桶把大部分通信藏到了反向计算后面：最后一个桶一发出，反向也就结束了。" if hidden else
-               "这一次分桶没有少等：机器太忙，后台的通信线程抢不到核。")
+               "只有 1 个桶，没有可以和反向重叠的通信。" if calls["bucketed"] == 1 else
+               "这一次分桶没有少等（一个猜测：机器太忙，后台的通信线程抢不到核；重跑几次看看）。")
             + "在 2 核机器上，通信线程和计算抢同样的核，重叠能省的有限；在 GPU 上通信由网卡和 NCCL 完成，重叠几乎是白送的。")
     if "demo2" in r:
         f = r["demo2"]
