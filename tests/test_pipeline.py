@@ -271,3 +271,39 @@ def test_ctrl_c_stops_with_one_line_and_no_process_left():
     assert status == 130
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
     assert not left, f"processes left behind: {left}"
+
+
+# --- observations that follow the flags (issue 21, 4) ----------------------------------------
+
+def test_memory_sentence_uses_min_p_m_and_says_when_the_schedules_hold_the_same():
+    from lecture09.parallel import pipeline, pipeline_report
+    for p, m in ((4, 8), (16, 2), (4, 4)):
+        g = pipeline.peak_activations(pipeline.stage_program("gpipe", 0, p, m))
+        f = pipeline.peak_activations(pipeline.stage_program("1f1b", 0, p, m))
+        assert f == min(p, m) and g == m                        # by hand: the two schedules' stage 0
+        text = pipeline_report.memory_sentence(p, m, g, f)
+        assert ("只存" in text) == (m > p)
+        assert "= p）" not in text
+
+
+def test_bubble_sentence_calls_bubbles_small_only_when_they_are():
+    from types import SimpleNamespace as NS
+    from lecture09.parallel.pipeline_report import SMALL_BUBBLE, bubble_sentence
+    small = [NS(bubble=0.05, plan=NS(pp=4), n_micro=64), NS(bubble=0.1, plan=NS(pp=8), n_micro=32)]
+    assert "都不大" in bubble_sentence(small, 1024)
+    big = small + [NS(bubble=0.795, plan=NS(pp=32), n_micro=8)]
+    text = bubble_sentence(big, 256)
+    assert "都不大" not in text and "79.5%" in text and "m = 8" in text
+    assert 0.1 < SMALL_BUBBLE < 0.795
+
+
+@pytest.mark.parametrize("stage,words", [("0", "不用 ZeRO"), ("1", "ZeRO-1"), ("3", "ZeRO-3")])
+def test_the_plan_that_does_not_fit_names_the_zero_stage_used(stage, words):
+    _, out = main_quietly(code4.main, ["--demo", "4", "--plan-model", "175B", "--zero-stage", stage])
+    item = next(line for line in out.replace("\n    ", "").splitlines() if "放不下：" in line)
+    assert words in item and (stage == "1" or "ZeRO-1" not in item)
+
+
+def test_demo4_with_a_small_batch_does_not_call_its_bubbles_small():
+    _, out = main_quietly(code4.main, ["--demo", "4", "--global-batch", "256"])
+    assert "都不大" not in out and "79.5%" in out

@@ -133,7 +133,7 @@ def parse_args(argv=None):
     g1.add_argument("--micro-batches", type=int_in(1, 64), default=s.n_micro,
                     help="时间线的 micro-batch 数 m (default %(default)s)")
     g1.add_argument("--t-backward", type=int_in(1, 4), default=s.t_backward,
-                    help="一次反向是几个时间单位（前向是 1）(default %(default)s)")
+                    help="一次反向是几个时间单位，1–4（前向是 1）backward time units, 1-4 (default %(default)s)")
     g2 = p.add_argument_group("演示 2-3 demos 2-3（真实进程 real ranks）")
     g2.add_argument("--pipe-ranks", type=int_in(2, MAX_PIPE_RANKS), default=r.pipe_ranks,
                     help="流水线阶段数 = 进程数 (default %(default)s)")

@@ -97,6 +97,21 @@ def run_demo1(setup, out=print_wrapped):
     return {"timelines": timelines, "worst": worst, "checked": checked, "deadlock_free": deadlock_free}
 
 
+def memory_sentence(p, m, gpipe_peak, ofob_peak):
+    """Demo 1's memory observation: GPipe holds all m micro-batches at stage 0, 1F1B at most
+    min(p, m); with m <= p the two hold the same number."""
+    if ofob_peak < gpipe_peak:
+        return (f"差别在显存：GPipe 的阶段 0 要存全部 {gpipe_peak} 个 micro-batch 的激活，1F1B 只存 {ofob_peak} 个"
+                f"（= min(p, m) = min({p}, {m})），做完一个反向就放掉一个。")
+    return (f"这次显存也一样：m = {m} 不比 p = {p} 大，GPipe 和 1F1B 的阶段 0 都存 {ofob_peak} 个 micro-batch 的激活"
+            f"（= min(p, m)）；m 比 p 大时 1F1B 才省（试试 --micro-batches {2 * p}）。")
+
+
+ZERO_WORDS = {0: "不用 ZeRO（--zero-stage 0），优化器状态也不分", 1: "ZeRO-1 只再分优化器状态",
+              2: "ZeRO-2 再分优化器状态和梯度", 3: "ZeRO-3 连参数也分，但每层用时要先收齐"}
+SMALL_BUBBLE = 0.2      # below this share of the iteration, demo 4 calls the bubbles small
+
+
 def demo1_observations(setup, r, out=print_wrapped):
     p, m = setup.n_stages, setup.n_micro
     g, f = r["timelines"]["gpipe"], r["timelines"]["1f1b"]
@@ -108,13 +123,23 @@ def demo1_observations(setup, r, out=print_wrapped):
     out(f" 1. 两种调度一样长（{g.total_time:g} 和 {f.total_time:g} 个时间单位），气泡都是 (p−1)/(m+p−1) = "
         f"{pipeline.bubble_fraction(p, m):.1%}：开头要等流水线灌满，结尾要等它排空，每个阶段都空等 p − 1 = {p - 1} "
         f"次前向加反向的时间。")
-    out(f" 2. 差别在显存：GPipe 的阶段 0 要存全部 {gpipe_peak} 个 micro-batch 的激活，1F1B 只存 {ofob_peak} 个"
-        f"（= p），做完一个反向就放掉一个。所以 1F1B 可以用很多 micro-batch 把气泡压小而不多占显存："
+    out(" 2. " + memory_sentence(p, m, gpipe_peak, ofob_peak) + "所以 1F1B 可以用很多 micro-batch 把气泡压小而不多占显存："
         f"p = {max(setup.table_stages)}、m = {big_m} 时气泡 {pipeline.bubble_fraction(max(setup.table_stages), big_m):.1%}。")
     out(f" 3. 阻塞的 send/recv 要两边同时到才完成（rendezvous）：两个相邻阶段在稳定段要互相交换一个张量，"
         f"下面的阶段先发后收、上面的先收后发，否则两边都卡在发送上。表里的 {len(setup.table_stages) * len(setup.table_micro) * 2} "
         f"个 (p, m, 调度) 程序{'都' if r['deadlock_free'] else '没有都'}通过了不死锁检查（pipeline.check_rendezvous）。"
         "交错式 1F1B（interleaved，Narayanan et al. 2021）让每张卡放 v 段不相邻的层，把气泡再降到约 1/v。")
+
+
+def bubble_sentence(pipelined, global_batch):
+    """Demo 4: how big the bubbles of the plans that fit are, from their own figures."""
+    low, high = min(pipelined, key=lambda c: c.bubble), max(pipelined, key=lambda c: c.bubble)
+    if high.bubble < SMALL_BUBBLE:
+        return (f"放得下的几种流水线组合气泡都不大（{low.bubble:.1%}–{high.bubble:.1%}）：batch {global_batch} "
+                f"切成的 micro-batch 数 m = batch ÷ DP 都比 PP 大得多。")
+    return (f"放得下的几种流水线组合气泡从 {low.bubble:.1%} 到 {high.bubble:.1%}：最大的 {high.plan} 只有 "
+            f"m = {high.n_micro} 个 micro-batch、PP = {high.plan.pp}，气泡 (PP−1)/(m+PP−1)：batch 越小、DP 越大，"
+            "m 就越少，气泡越大。")
 
 
 def check_pipeline(real):
@@ -346,7 +371,7 @@ def demo4_observations(setup, r, out=print_wrapped):
     if too_big:
         c = max(too_big, key=lambda c: c.memory_bytes)
         item(f"{c.plan} 放不下：每卡 {c.memory_bytes / mm.GB:.1f} GB > {cluster.gpu_memory_bytes / mm.GB:g} GB。"
-             "模型状态按 1/(PP × TP) 分，ZeRO-1 只再分优化器状态；模型越大，越需要把模型本身切开。")
+             f"模型状态按 1/(PP × TP) 分，{ZERO_WORDS[setup.zero_stage]}；模型越大，越需要把模型本身切开。")
     in_node = [c for c in costs.values() if c.fits and 1 < c.plan.tp <= cluster.gpus_per_node]
     across = [c for c in costs.values() if c.plan.tp > cluster.gpus_per_node]
     if in_node and across:
@@ -358,8 +383,7 @@ def demo4_observations(setup, r, out=print_wrapped):
     if pipelined:
         same = {round(c.activation_bytes / mm.GB, 6) for c in pipelined
                 if c.n_micro >= c.plan.pp and c.plan.tp == pipelined[0].plan.tp}
-        item(f"放得下的几种流水线组合气泡都不大（{min(c.bubble for c in pipelined):.1%}–{max(c.bubble for c in pipelined):.1%}），"
-             f"因为 batch {setup.global_batch} 切成了很多 micro-batch（m = batch ÷ DP）。1F1B 的阶段 0 存 PP 个 micro-batch、每个 L/PP 层，"
+        item(bubble_sentence(pipelined, setup.global_batch) + "m ≥ PP 时，1F1B 的阶段 0 存 PP 个 micro-batch、每个 L/PP 层，"
              "加起来正好 L 层：激活显存和 PP 无关" + ("（表里 TP 相同的几行激活都一样）。" if len(same) == 1 else "。"))
     if best is not None:
         item(f"估计最快的是 {best.plan}：每卡 {best.memory_bytes / mm.GB:.1f} GB，气泡 {best.bubble:.1%}，"
