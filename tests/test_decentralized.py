@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, load_script, main_quietly
 
 code5 = load_script(LECTURE09 / "05_decentralized.py")
 
@@ -291,3 +291,33 @@ def test_help_and_flag_errors_do_not_import_torch(script, argv):
     expected = 0 if argv == ["--help"] else 2
     assert last == f"exit {expected} False", done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+# --- observations that follow the flags (issue 21, 5) ----------------------------------------
+
+def _flat(text):
+    return "".join(text.split())
+
+
+def test_percent_shows_a_small_share_with_enough_digits():
+    from lecture09.compress.demo2_report import percent
+    assert [percent(0.01, 0), percent(0.01, 1), percent(0.05, 0)] == ["1%", "1.0%", "5%"]
+    assert [percent(0.0001, 0), percent(0.00123, 0), percent(0.0, 0)] == ["0.01%", "0.12%", "0%"]
+
+
+def test_zero_search_budgets_are_not_said_to_differ():
+    _, out = main_quietly(code5.main, ["--demo", "1", "--strict-iters", "0", "--sideways-iters", "0", "--genetic-budget", "6006"])
+    out = _flat(out)
+    assert "不比较多给预算的效果" in out and "多给预算没有用" not in out and "预算不同" not in out
+
+
+def test_second_instance_verdict_names_which_genetic_search_reached_the_optimum():
+    """--net-seed 12345: the region-blind search reaches batch 256's optimum, the other does not."""
+    results, out = main_quietly(code5.main, ["--demo", "1", "--net-seed", "12345"])
+    second = results["demo1"].second
+    blind, aware = (second.reaches_optimum(second.methods[k].cost) for k in ("genetic_blind", "genetic"))
+    out = _flat(out)
+    if blind and not aware:
+        assert "不看地区的反而到了" in out
+    assert ("两种遗传算法都没到" in out) == (not blind and not aware)
+    assert "连遗传算法也没到" not in out

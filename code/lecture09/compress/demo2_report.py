@@ -37,6 +37,13 @@ def training_jobs(setup):
     return [(run, seeds, setup.train) for run in TABLE_A + TABLE_B for seeds in seed_list(setup)]
 
 
+def percent(x, digits):
+    """x as a percentage with `digits` decimals, or two significant digits where those
+    decimals would show a non-zero share as 0 (--topk-ratio 0.0001: 0.01%, not 0%)."""
+    text = f"{x:.{digits}%}"
+    return f"{x * 100:.2g}%" if x > 0 and float(text[:-1]) == 0 else text
+
+
 def _signed(x, digits=4):
     return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"   # never "-0.0000"
 
@@ -81,7 +88,7 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     print_header(f"演示 2：梯度压缩（{t.n_workers} 个工作者的数据并行，从随机初始化训练 {t.steps} 步，"
                  f"batch {t.recipe.batch_size} = {t.n_workers} × {t.recipe.batch_size // t.n_workers}）")
     out(f"模型：第 1 讲的小 GPT（lecture_model.MODEL_CONFIG，{tiny_gpt.make_model(t.model, 0).n_params():,} 个参数）；"
-        f"每步每个工作者发送一个梯度向量；top-k 保留 {t.topk_ratio:.1%}")
+        f"每步每个工作者发送一个梯度向量；top-k 保留 {percent(t.topk_ratio, 1)}")
     out(f"前向精度 forward precision：{t.precision}（{precision_reason(setup.precision_choice, t.precision)}）；"
         f"验证集 bits/字符越低越好")
     seed_text = "、".join(f"({s.model}, {s.data})" for s in seeds)
@@ -181,7 +188,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
         f"{statistics.fmean(r.zeroed_fraction for r in int8.results):.0%} 的分量被舍入成 0。"
         "实际系统按块（block-wise，如 bitsandbytes 每 4096 个一块）各用一个缩放因子。")
     sends = t.steps * t.topk_ratio
-    out(f" 2. top-{t.topk_ratio:.0%}：每步每个工作者只发 {t.topk_ratio:.0%} 的分量，{t.steps} 步里每个分量平均只被发出 "
+    out(f" 2. top-{percent(t.topk_ratio, 0)}：每步每个工作者只发 {percent(t.topk_ratio, 0)} 的分量，{t.steps} 步里每个分量平均只被发出 "
         f"{sends:g} 次。AdamW：没有误差反馈 {bpc(topk)}、有误差反馈 {bpc(topk_ef)}（不压缩 {bpc(base)}）；"
         f"{sgd_name(t)}：没有误差反馈 {bpc(topk_sgd)}、有误差反馈 {bpc(topk_sgd_ef)}（不压缩 {bpc(base_sgd)}）。")
     gain_adam, gain_sgd = gains(topk, topk_ef), gains(topk_sgd, topk_sgd_ef)

@@ -83,10 +83,14 @@ def local_search_observation(setup, main, out):
     else:
         stop = f"还有 {lower} 个跨地区交换能降低代价：严格下降是提议次数用完了，并没有真正停住。"
     same_budget = all(a == b for a, b in zip(main.strict_long_runs, strict.runs))
-    budget = (f"两种局部搜索的预算不同：严格每次 {setup.strict_iters:,} 次提议、持平每次 {setup.sideways_iters:,} 次；"
-              f"给严格下降同样 {setup.sideways_iters:,} 次，" +
-              ("结果一个也没变，多给预算没有用。" if same_budget else
-               f"最好的一次是 {min(main.strict_long_runs):.2f} 秒（原来 {strict.cost:.2f} 秒）。"))
+    if setup.sideways_iters <= setup.strict_iters:
+        budget = (f"两种局部搜索每次的提议数：严格 {setup.strict_iters:,}、持平 {setup.sideways_iters:,}；"
+                  "持平的预算不比严格的多，这里不比较多给预算的效果。")
+    else:
+        budget = (f"两种局部搜索的预算不同：严格每次 {setup.strict_iters:,} 次提议、持平每次 {setup.sideways_iters:,} 次；"
+                  f"给严格下降同样 {setup.sideways_iters:,} 次，" +
+                  ("结果一个也没变，多给预算没有用。" if same_budget else
+                   f"最好的一次是 {min(main.strict_long_runs):.2f} 秒（原来 {strict.cost:.2f} 秒）。"))
     t = main.sideways_traces
     improvements, after_ties = sum(x.improvements for x in t), sum(x.improvements_after_ties for x in t)
     hand_name, hand_cost = _hand_best(main)
@@ -155,8 +159,10 @@ def optimum_observation(setup, r, out):
         verdict = "手工分配和'不看地区'的搜索在这里都不够；要有证明过的最优，才知道谁到了、谁还差多少。"
     elif second.reaches_optimum(sm["genetic"].cost):
         verdict = "要有证明过的最优，才知道谁到了、谁还差多少。"
+    elif second.reaches_optimum(sm["genetic_blind"].cost):
+        verdict = "这里看地区的遗传算法没到，不看地区的反而到了；要有证明过的最优，才知道谁到了、谁还差多少。"
     else:
-        verdict = "这里连遗传算法也没到；没有证明过的最优，就不会知道还差多少。"
+        verdict = "这里两种遗传算法都没到；没有证明过的最优，就不会知道还差多少。"
     out(f"    第二个实例 batch {second.global_batch}：最优 {s_opt.cost:.2f} 秒，{what}。各方法离最优：{gaps}。"
         + verdict)
 
