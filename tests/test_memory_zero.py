@@ -241,3 +241,24 @@ def test_the_tolerance_would_catch_a_missing_weight_decay():
     good, _ = zero.reference_run(run, xs, ys)
     no_decay, _ = zero.reference_run(replace(run, train=replace(run.train, weight_decay=0.0)), xs, ys)
     assert (good - no_decay).abs().max().item() > 2 * zero.ATOL
+
+
+# --- observations that follow the flags (issue 21, 6) ----------------------------------------
+
+def test_optimizer_state_words_name_adam_only_for_k_12():
+    assert "各 4 字节，K = 12" in code3.optimizer_state_words(12)
+    assert code3.optimizer_state_words(8).startswith("K = 8 字节/参数；默认的 12")
+
+
+def test_demo2_calls_its_example_the_papers_only_with_the_papers_numbers():
+    _, out = main_quietly(code3.main, ["--demo", "2"])
+    assert "论文图 1 的例子 Ψ = 7.5B" in out
+    _, out = main_quietly(code3.main, ["--demo", "2", "--psi-b", "1000"])
+    assert "论文图 1 的例子" not in out and "不是论文图 1 的" in out
+
+
+def test_one_gpu_cluster_is_one_column_and_no_also():
+    _, out = main_quietly(code3.main, ["--demo", "1", "--cluster-gpus", "1"])
+    header = next(line for line in out.splitlines() if line.startswith("模型  batch"))
+    assert header.count("1 张卡") == 1
+    assert "1 张卡也要" not in out.replace("\n", "").replace(" ", "")

@@ -106,13 +106,28 @@ def fmt_tokens(n_tokens):
 # Demo 1: what one GPU would have to hold and compute
 # =============================================================================
 
+def optimizer_state_words(k):
+    """What the K bytes of optimizer state per parameter are; only K = 12 is Adam's three fp32 copies."""
+    if k == 12:
+        return "fp32 主权重 master weights、一阶矩 m、二阶矩 v 各 4 字节，K = 12"
+    return f"K = {k} 字节/参数；默认的 12 是 fp32 主权重 master weights、一阶矩 m、二阶矩 v 各 4 字节"
+
+
+def example_name(setup):
+    """Demo 2's example: the ZeRO paper's Figure 1 only with its own Ψ and N_d."""
+    paper = MemorySetup()
+    if (setup.figure1_params, setup.figure1_gpus) == (paper.figure1_params, paper.figure1_gpus):
+        return "论文图 1 的例子"
+    return "这里的例子（--psi-b、--psi-gpus 改过，不是论文图 1 的）"
+
+
 def run_demo1(setup, out=print_wrapped):
     models = [mm.MODELS[name] for name in setup.models]
     gpu_bytes = mm.A100_MEMORY_BYTES
     print_header("演示 1：一个基础模型要多少显存、多少计算（每张卡只有 "
                  f"{gpu_bytes / mm.GB:.0f} GB，峰值 {mm.A100_PEAK_FLOPS / 1e12:.0f} TFLOP/s 的 A100）")
     out(f"(a) 模型状态 model states，混合精度 Adam：fp16 参数 2Ψ + fp16 梯度 2Ψ + 优化器状态 KΨ"
-        f"（fp32 主权重 master weights、一阶矩 m、二阶矩 v 各 4 字节，K = {setup.k}），GB = 10^9 字节")
+        f"（{optimizer_state_words(setup.k)}），GB = 10^9 字节")
     rows, figures = [], {}
     for m in models:
         weights, grads, states = mm.model_state_bytes(m.n_params, setup.k)
@@ -151,8 +166,11 @@ def run_demo1(setup, out=print_wrapped):
         rows.append((m.name, f"{m.batch_sequences} × {m.seq_len}", f"{step_flops:.2e}", fmt_time(step_s),
                      fmt_tokens(m.train_tokens), f"{run_flops:.2e}", fmt_time(one_s),
                      fmt_time(many_s)))
-    print_table(["模型", "batch（序列×token）", "FLOPs/迭代", "1 卡/迭代", "训练 token", "训练 FLOPs",
-                 "1 张卡", f"{setup.cluster_gpus} 张卡"], rows)
+    header = ["模型", "batch（序列×token）", "FLOPs/迭代", "1 卡/迭代", "训练 token", "训练 FLOPs", "1 张卡",
+              f"{setup.cluster_gpus} 张卡"]
+    if setup.cluster_gpus == 1:                  # the cluster is the one GPU: one column says it
+        header, rows = header[:-1], [row[:-1] for row in rows]
+    print_table(header, rows)
     out("    模型来源：" + "；".join(f"{m.name} = {m.source}" for m in models))
     return figures
 
@@ -173,8 +191,9 @@ def demo1_observations(setup, figures, out=print_wrapped):
         f"{fmt_gb(f['act_seq']['none'])} GB，全重算只要 {fmt_gb(f['act_seq']['full'])} GB"
         f"（{f['act_seq']['none'] / f['act_seq']['full']:.0f} 倍），代价是多一次前向。")
     out(f" 3. {biggest} 训练 {fmt_tokens(mm.MODELS[biggest].train_tokens)} 个 token 要 {f['run_flops']:.2e} FLOPs："
-        f"一张 A100 要 {fmt_time(f['one_gpu_s'])}，{setup.cluster_gpus} 张卡也要 {fmt_time(f['cluster_s'])}。"
-        "放不下要切模型，算不完要加卡：这就是分布式训练。")
+        f"一张 A100 要 {fmt_time(f['one_gpu_s'])}"
+        + (f"，{setup.cluster_gpus} 张卡也要 {fmt_time(f['cluster_s'])}。" if setup.cluster_gpus > 1 else "。")
+        + "放不下要切模型，算不完要加卡：这就是分布式训练。")
 
 
 # =============================================================================
@@ -204,7 +223,7 @@ def run_demo2(setup, out=print_wrapped):
     out(f"每张卡的模型状态（GB）：阶段 0 = (2+2+K)Ψ；1 = 4Ψ + KΨ/N_d；2 = 2Ψ + (2+K)Ψ/N_d；3 = (2+2+K)Ψ/N_d，K = {k}")
     psi, n_fig = setup.figure1_params, setup.figure1_gpus
     fig1_bytes = [mm.zero_bytes_per_gpu(psi, n_fig, stage, k) for stage in mm.ZERO_STAGES]
-    out(f"论文图 1 的例子 Ψ = {psi / 1e9:g}B、N_d = {n_fig}：" + " → ".join(f"{b / mm.GB:.1f}" for b in fig1_bytes)
+    out(f"{example_name(setup)} Ψ = {psi / 1e9:g}B、N_d = {n_fig}：" + " → ".join(f"{b / mm.GB:.1f}" for b in fig1_bytes)
         + " GB（数据并行 → ZeRO-1 → ZeRO-2 → ZeRO-3）")
     rows = []
     tables = {}
@@ -237,7 +256,7 @@ def demo2_observations(setup, r, out=print_wrapped):
     fig1_bytes, comm = r["figure1_bytes"], r["comm"]
     print()
     out("观察 Observations（演示 2）：")
-    out(f" 1. 分得越多，省得越多：图 1 的例子从 {fig1_bytes[0] / mm.GB:.1f} GB 降到 {fig1_bytes[1] / mm.GB:.1f}、"
+    out(f" 1. 分得越多，省得越多：{example_name(setup)}从 {fig1_bytes[0] / mm.GB:.1f} GB 降到 {fig1_bytes[1] / mm.GB:.1f}、"
         f"{fig1_bytes[2] / mm.GB:.1f}、{fig1_bytes[3] / mm.GB:.1f} GB。阶段 1、2 留下的 4Ψ、2Ψ 不随卡数减少，"
         f"只有阶段 3 按 1/N_d 一直降下去。")
     out(f" 2. 阶段 1 和 2 不多花通信：普通数据并行的 all-reduce 本来就是 reduce-scatter + all-gather，ZeRO 只是"
