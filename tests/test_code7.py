@@ -124,3 +124,30 @@ def test_ctrl_c_stops_with_one_line_and_leaves_nothing():
     wait_until_group_has(proc, 3)
     status, out, err, left = press_ctrl_c(proc)
     assert status == 130 and left == [] and "Traceback" not in err, err[-2000:]
+
+
+# --- DiLoCo rows and --quick follow the flags (issue 21, 7) ----------------------------------
+
+def test_steps_per_sync_counts_the_exchanges_the_training_makes():
+    # by hand: every H steps and once at the end (local_sgd.train)
+    assert code7.steps_per_sync(25, 300) == 25 and code7.steps_per_sync(100, 300) == 100
+    assert code7.steps_per_sync(100, 1) == 1 and code7.steps_per_sync(5, 12) == 4      # 3 exchanges
+    assert code7.diloco_label(100, 1) == "DiLoCo H100，只通信 1 次"
+    assert code7.diloco_label(5, 300) == "DiLoCo，每 5 步通信一次"
+
+
+def test_one_step_does_not_make_a_diloco_row_look_cheap(capsys):
+    """--steps 1: every DiLoCo row exchanged once in one step, like every-step AdamW."""
+    code7.main(["--steps", "1", "--fp32", "--jobs", "1", "--powersgd-ranks", "1", "--diloco-h", "5", "100"])
+    out = capsys.readouterr().out
+    assert "每 5 步通信一次" not in out and "DiLoCo H100，只通信 1 次" in out
+    conclusion = out[out.index(" 结论："):].replace("\n", "")
+    assert "最快的一行是“DiLoCo H5" not in conclusion and "最快的一行是“DiLoCo H100" not in conclusion
+
+
+def test_quick_says_which_given_flags_it_replaces(capsys):
+    code7.parse_args(["--quick", "--steps", "50", "--diloco-h", "3"])
+    err = capsys.readouterr().err
+    assert "覆盖 --diloco-h --steps" in err and err.count("\n") == 1
+    code7.parse_args(["--quick"])
+    assert capsys.readouterr().err == ""

@@ -35,6 +35,19 @@ class DisplayWidthHelpFormatter(argparse.HelpFormatter):
         return "\n".join(lines)
 
 
+def given_flags(parser, argv):
+    """The dests of the flags actually on the command line, whatever their values: the
+    same (already valid) command line parsed once more with every default suppressed."""
+    saved = [(action, action.default) for action in parser._actions]
+    try:
+        for action, _ in saved:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in saved:
+            action.default = default
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser with DisplayWidthHelpFormatter, whose errors are one line."""
 

@@ -55,7 +55,7 @@ from lecture09.compress import training_flags
 from lecture09.schedule.demo1_observations import demo1_observations
 from lecture09.schedule.demo1_tables import Progress, run_demo1  # noqa: F401  (Progress: the tests')
 from lecture09.schedule.schedule_setup import ScheduleSetup
-from lecture01.cli_args import (Parser, run_main, float_in, int_in, non_negative_int, positive_float,
+from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
@@ -224,19 +224,6 @@ def parse_args(argv=None):
     compression = CompressionSetup(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds,
                                    precision_choice="fp32" if args.fp32 else args.precision, jobs=args.jobs)
     return args, schedule, compression
-
-
-def given_flags(parser, argv):
-    """The dests of the flags actually on the command line, whatever their values: the
-    same (already valid) command line parsed once more with every default suppressed."""
-    saved = [(action, action.default) for action in parser._actions]
-    try:
-        for action, _ in saved:
-            action.default = argparse.SUPPRESS
-        return set(vars(parser.parse_args(argv)))
-    finally:
-        for action, default in saved:
-            action.default = default
 
 
 def unused_flags_note(args, given, demo1_dests, demo2_dests):

@@ -33,7 +33,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
+from lecture01.cli_args import Parser, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
@@ -53,6 +53,19 @@ class Row:
     sync_every: int = 1       # steps between two communications (DiLoCo's H)
 
 
+def steps_per_sync(h, steps):
+    """Steps between two of DiLoCo's exchanges as the training does them: every H steps and
+    once more at the end (local_sgd.train), so ceil(steps / H) exchanges in `steps` steps."""
+    return steps / math.ceil(steps / h)
+
+
+def diloco_label(h, steps, suffix=""):
+    """A DiLoCo row's label: every H steps, or once at the end when H is not below the steps."""
+    if h >= steps:
+        return f"DiLoCo H{h}，只通信 1 次" + ("，int8" if suffix else "")
+    return f"DiLoCo，每 {h} 步{suffix}" if suffix else f"DiLoCo，每 {h} 步通信一次"
+
+
 def build_rows(settings):
     from lecture09.compress.compressed_dp import Run
     rows = [Row(Run("AdamW，每步通信，不压缩", "adamw", "none"), "AdamW，每步 fp32（基准）"),
@@ -62,10 +75,12 @@ def build_rows(settings):
              for r in settings.powersgd_ranks]
     rows += [Row(Run("adamw-frozen-v", "adamw-frozen-v", "none"), "AdamW 冻结方差，不压缩"),
              Row(Run("1-bit Adam", "onebit-adam", "sign-l2"), "1-bit Adam，冻结 v，1 bit 动量")]
-    rows += [Row(Run(f"DiLoCo H{h}", "diloco", "none", param=h), f"DiLoCo，每 {h} 步通信一次", h)
+    steps = settings.train.steps
+    rows += [Row(Run(f"DiLoCo H{h}", "diloco", "none", param=h), diloco_label(h, steps), steps_per_sync(h, steps))
              for h in settings.diloco_h]
     h = settings.diloco_compressed_h
-    rows.append(Row(Run(f"DiLoCo H{h} int8", "diloco", "int8", param=h), f"DiLoCo，每 {h} 步，int8 伪梯度", h))
+    rows.append(Row(Run(f"DiLoCo H{h} int8", "diloco", "int8", param=h), diloco_label(h, steps, "，int8 伪梯度"),
+                    steps_per_sync(h, steps)))
     return rows
 
 
@@ -288,7 +303,8 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
 def parse_args(argv=None):
     d = DEFAULTS
     p = Parser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）；覆盖 --steps、--diloco-h、--diloco-compressed-h "
+                        "tiny settings for a smoke test (they replace those flags, and a note says so)")
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
                    help="按块 int8 每块的分量数 entries per scale (default %(default)s)")
     p.add_argument("--powersgd-ranks", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
@@ -306,6 +322,10 @@ def parse_args(argv=None):
     training_flags.add_training_arguments(p, d)
     args = p.parse_args(argv)
     if args.quick:
+        overridden = sorted(set(QUICK) & given_flags(p, argv))
+        if overridden:                   # run anyway, and say so (as code 5 does)
+            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in overridden)
+                  + " (overridden by --quick)", file=sys.stderr)
         for name, value in QUICK.items():
             setattr(args, name, list(value) if isinstance(value, tuple) else value)
     from lecture09.compress.compressed_dp import Seeds, TrainSetup
