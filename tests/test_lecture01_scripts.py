@@ -209,3 +209,29 @@ def test_printed_samples_show_the_text_the_model_wrote_for_any_seed(seed, steps,
         assert set(unmarked) <= set(ALPHABET), printed
         assert unmarked.split() == text.replace("\n", " ").split()
     assert max(display_width(line) for line in out.splitlines()) <= 100
+
+
+def test_eval_every_means_every_n_steps_and_nothing_else():
+    """--eval-every 30: measured at 0, 30, 60; the default's extra early points (25, 50)
+    belong to the default spacing only (issue 21, 8)."""
+    result = train_base.main(["--steps", "60", "--eval-every", "30", "--probes", "2", "--samples", "0", "--no-cache"])
+    assert [step for step, _, _ in result["history"]["evals"]] == [0, 30, 60]
+
+
+def test_a_run_that_rises_on_the_way_says_so_though_it_ends_lower(monkeypatch, capsys):
+    """--lr 1 rose to ~100 bits per char at step 25 before coming down: the first observation
+    must not read as a plain descent."""
+    from lecture01 import tiny_gpt
+    real = tiny_gpt.bits_per_char
+    calls = []
+
+    def spike(model, data):
+        calls.append(1)
+        return real(model, data) + (90.0 if len(calls) == 2 else 0.0)    # the middle measurement
+
+    monkeypatch.setattr(tiny_gpt, "bits_per_char", spike)
+    result = train_base.main(["--steps", "4", "--eval-every", "2", "--probes", "3", "--samples", "0", "--no-cache"])
+    out = capsys.readouterr().out.replace("\n", "").replace(" ", "")
+    evals = result["history"]["evals"]
+    assert evals[1][1] > evals[0][1] >= evals[-1][1] - 1
+    assert f"中途第{evals[1][0]}步的测量点升到{evals[1][1]:.3f}" in out

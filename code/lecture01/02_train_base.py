@@ -99,7 +99,9 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="每步的序列数 (default %(default)s)")
     p.add_argument("--lr", type=LEARNING_RATE, default=d.peak_lr,
                    help="峰值学习率 peak learning rate, in (0, 1] (default %(default)s)")
-    p.add_argument("--eval-every", type=positive_int, default=d.eval_every, help="每隔多少步测一次验证集 (default %(default)s)")
+    p.add_argument("--eval-every", type=positive_int, default=d.eval_every,
+                   help="每隔多少步测一次验证集 validate every N steps；只用默认值时另在第 25、50、100、150 步"
+                        "各测一次 (default %(default)s)")
     p.add_argument("--seed", type=non_negative_int, default=d.model_seed, help="模型初始化的种子 model init seed (default %(default)s)")
     p.add_argument("--data-seed", type=non_negative_int, default=d.data_seed, help="数据顺序的种子 data order seed (default %(default)s)")
     p.add_argument("--world-seed", type=non_negative_int, default=d.world_seed, help="玩具世界的种子 world seed (default %(default)s)")
@@ -110,7 +112,9 @@ def parse_args(argv=None):
     p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
     args = p.parse_args(argv)
     _heavy()
-    return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr,
+    # the extra early points belong to the default spacing; --eval-every N means every N steps
+    early = d.early_evals if args.eval_every == d.eval_every else ()
+    return BaseRunConfig(steps=args.steps, batch_size=args.batch_size, peak_lr=args.lr, early_evals=early,
                          eval_every=args.eval_every, model_seed=args.seed, data_seed=args.data_seed,
                          world_seed=args.world_seed, n_probes=args.probes,
                          precision=precision_from_args(args), n_samples=args.samples), args
@@ -405,6 +409,10 @@ def main(argv=None):
     moved = ("降到" if final_bpc < first_bpc else
              "反而升到" if final_bpc > first_bpc else "停在")
     hint = "（学习率太大？learning rate too high?）" if final_bpc > first_bpc else ""
+    worst_step, worst_bpc, _ = max(history["evals"][1:], key=lambda e: e[1], default=(0, first_bpc, None))
+    if worst_bpc > first_bpc and final_bpc <= first_bpc:   # it went up on the way, then came down
+        hint = (f"（中途第 {worst_step} 步的测量点升到 {worst_bpc:.3f}，比起点还高：学习率太大？"
+                "learning rate too high?）")
     print_wrapped(f" 1. 验证集 bits/字符从 {first_bpc:.3f}（{start_note}）{moved} {final_bpc:.3f}{hint}，" + context_note
                   + (f"第一次低于 2.0 是在第 {spelled_at} 步的测量点。" if spelled_at is not None
                      else "这次训练没有降到 2.0 以下。"))
