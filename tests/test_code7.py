@@ -151,3 +151,19 @@ def test_quick_says_which_given_flags_it_replaces(capsys):
     assert "覆盖 --diloco-h --steps" in err and err.count("\n") == 1
     code7.parse_args(["--quick"])
     assert capsys.readouterr().err == ""
+
+
+def test_table_d_pipeline_traffic_is_inside_regions_as_the_notes_say():
+    """Notes §7.16: demo 1's optimum, which table (d) prices, has all 24 pipeline edges inside
+    a region, so its pipeline seconds are intra-region traffic (issue 20, 6)."""
+    from conftest import ROOT
+    from lecture09 import dist_sim
+    from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks
+    s = ScheduleSetup()
+    geo, _ = build_networks(s)
+    optimum = dist_sim.optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
+                                      n_micro_batches=s.n_micro_batches)
+    stats = dist_sim.layout_stats(optimum.assignment, geo, s.n_stages, s.n_replicas)
+    assert stats["pipeline_links_within_region"] == stats["pipeline_links"] == 24
+    notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    assert "这个最优分配的 24 条流水线边都已经在地区之内" in notes

@@ -41,6 +41,22 @@ def sleep_forever(rank, world_size, pid_dir):
     time.sleep(600)
 
 
+def avg_and_bf16(rank, world_size):
+    """The gloo 'pitfalls' earlier notes warned of, measured: AVG against SUM / W on values
+    whose mean is not a short binary fraction, and bf16 all-reduce and all-gather."""
+    import torch
+    import torch.distributed as dist
+    x = torch.tensor([0.1, 1 / 3, 7.0, -2.5]) * (rank + 1)
+    summed, averaged = x.clone(), x.clone()
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    dist.all_reduce(averaged, op=dist.ReduceOp.AVG)
+    b = (torch.arange(4, dtype=torch.bfloat16) + rank)
+    dist.all_reduce(b)
+    gathered = [torch.empty(2, dtype=torch.bfloat16) for _ in range(world_size)]
+    dist.all_gather(gathered, torch.full((2,), float(rank), dtype=torch.bfloat16))
+    return summed / world_size, averaged, b, torch.stack(gathered)
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)
@@ -111,3 +127,15 @@ def test_port_is_free_sees_a_listening_socket():
         sock.listen()
         assert not gloo_ranks.port_is_free(sock.getsockname()[1])
     assert gloo_ranks.port_is_free(free_port())
+
+
+def test_avg_and_bf16_work_on_gloo_with_the_pinned_torch():
+    """On torch 2.13.0 (requirements.txt), 4 gloo ranks: ReduceOp.AVG equals SUM / 4 bit for
+    bit here, and bf16 all-reduce and all-gather give the exact sums (small integers are exact
+    in bf16). The code still sums and divides, so every variant does the same arithmetic; the
+    notes no longer call these gloo pitfalls (issue 20, 7)."""
+    import torch
+    for mean_of_sum, averaged, b, gathered in run_ranks(avg_and_bf16, 4, timeout_s=120):
+        assert torch.equal(mean_of_sum, averaged)
+        assert b.dtype == torch.bfloat16 and b.tolist() == [6.0, 10.0, 14.0, 18.0]
+        assert gathered.tolist() == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]

@@ -25,7 +25,8 @@ Lecture 9, code 2: data parallelism on lecture 1's tiny GPT, on real gloo proces
     python3 code/lecture09/02_data_parallel.py --help
 
 一致性（误差多大）和字节数在同一台机器上每次运行都一样；计时标着"实测"，随机器和负载变。
-训练用第 1 讲的 AdamW 配方（预热 + 余弦、全局裁剪），前向一律 fp32（gloo 不支持 bf16，也为了比较干净）。
+训练用第 1 讲的 AdamW 配方（预热 + 余弦、全局裁剪），前向一律 fp32（为了和单进程逐位比较；gloo 的 bf16 集合通信在 torch 2.13.0 上是好的，
+tests/test_gloo_ranks.py 检查过）。
 gloo 进程由 gloo_ranks.py 启动和收尾，每个进程一个 torch 线程；Ctrl-C 或某个进程出错都不会留下进程。
 需要 (needs): torch；本目录的 data_parallel.py、gloo_ranks.py、alpha_beta.py；code/lecture01 的 tiny_gpt.py、
 fm_world.py、console.py、cli_args.py。

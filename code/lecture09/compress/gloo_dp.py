@@ -10,7 +10,7 @@ communication hook:
     powersgd    PyTorch's powerSGD_hook (error feedback, warm start, as powersgd.py)
     the rest    `registry_hook`: the registry's scheme on this rank's bucket (with its own
                 error-feedback memory), then all-reduce SUM of what it decoded, divided
-                by W (gloo's ReduceOp.AVG is unreliable). That all-reduce moves dense
+                by W (the same arithmetic as every other variant). That all-reduce moves dense
                 fp32, so the compression's arithmetic is real but its bytes are counted,
                 not saved: top-k cannot be all-reduced at all (two ranks keep different
                 indices), a real system all-gathers the (index, value) pairs.

@@ -19,8 +19,8 @@ better second, as picotron ships DataParallelNaive beside its bucketed version):
               in C++ (Li et al., "PyTorch Distributed", VLDB 2020)
 
 and, for communication hooks, DDP with torch's fp16_compress_hook and powerSGD_hook
-(Vogels et al., "PowerSGD", NeurIPS 2019). gloo's ReduceOp.AVG is unreliable, so every
-variant here sums and divides by W.
+(Vogels et al., "PowerSGD", NeurIPS 2019). Every variant here sums and divides by W, so all
+do the same arithmetic (ReduceOp.AVG gives the same on torch 2.13.0: tests/test_gloo_ranks.py).
 """
 
 import time

@@ -236,7 +236,7 @@ def _local_slice(run, rank, world_size):
 
 def _average_gradients(model, world_size):
     for p in model.parameters():
-        dist.all_reduce(p.grad)          # gloo's ReduceOp.AVG is unreliable: sum, then divide
+        dist.all_reduce(p.grad)          # sum, then divide: as every variant of code 2 does
         p.grad.div_(world_size)
 
 
