@@ -160,3 +160,38 @@ def test_one_bucket_is_not_said_to_overlap(capsys):
     out = capsys.readouterr().out.replace("\n", "").replace(" ", "")
     assert "只有1个桶" in out
     assert "在反向计算的同时进行" not in out and "藏到了反向计算后面" not in out
+
+
+def test_a_forgotten_one_over_w_hides_from_the_weight_check_not_from_the_gradient_check():
+    """The control for §2.2 (issue 20, 2): 'forgetting 1/W' at W = 2 is the loss doubled.
+    AdamW divides by sqrt(v) and global clipping rescales, so both ignore the gradient's
+    scale: the weights stay within code 2's weight tolerance after 1 and 5 steps, while the
+    gradients differ by 2x, far beyond the gradient tolerance. Only the gradient check catches it."""
+    import torch
+    from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    train, _ = tiny_gpt.load_world_tokens(0)
+    recipe = tiny_gpt.TrainConfig()
+
+    def weights_and_first_grad(scale, steps):
+        model = tiny_gpt.make_model(MODEL_CONFIG, seed=0)
+        optimizer = tiny_gpt.make_adamw(model, recipe)
+        gen = torch.Generator().manual_seed(1)
+        first = None
+        for step in range(steps):
+            x, y = tiny_gpt.get_batch(train, recipe.batch_size, MODEL_CONFIG.block_size, gen)
+            optimizer.zero_grad(set_to_none=True)
+            (scale * tiny_gpt.lm_loss(model, x, y)).backward()
+            if first is None:
+                first = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = tiny_gpt.lr_at(step, steps, recipe.peak_lr)
+            optimizer.step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), first
+
+    for steps in (1, 5):
+        (w1, g1), (w2, g2) = weights_and_first_grad(1.0, steps), weights_and_first_grad(2.0, steps)
+        assert float((w1 - w2).abs().max()) < code2.WEIGHT_ATOL           # the weight check would pass it
+        assert float((g1 - g2).abs().max()) > 100 * code2.GRAD_ATOL        # the gradient check does not
