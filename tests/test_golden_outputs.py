@@ -22,7 +22,7 @@ ELAPSED = (r"\d+(\.\d+)? ?s\b", r"\d+(\.\d+)? 秒")          # wall-clock times
 GOLDENS = [
     Golden("lecture01_01_world", "code/lecture01/01_world.py", ()),
     Golden("lecture01_02_train_base", "code/lecture01/02_train_base.py",
-           ("--steps", "40", "--eval-every", "20", "--probes", "20", "--samples", "1", "--no-cache", "--fp32"),
+           ("--quick", "--fp32"),       # --steps 40 --eval-every 20 --probes 20 --samples 1, no cache
            tolerant=(r"bits/字符",), mask=ELAPSED,
            # generated text, the model's answers and the observations about them are trained
            # outcomes that change with the CPU; the claims tests check the default run's words
@@ -38,7 +38,7 @@ GOLDENS = [
     # let a kernel difference through: fp32 and a tolerance of 0.05 bits per char
     Golden("lecture09_05_decentralized", "code/lecture09/05_decentralized.py", ("--quick", "--fp32"),
            tolerant=(r"bits/字符", r"Δ", r"误差反馈", r"压缩"), mask=ELAPSED),
-    Golden("lecture09_06_swarm_http", "code/lecture09/06_swarm_http.py", ("--steps", "6", "--workers", "2"),
+    Golden("lecture09_06_swarm_http", "code/lecture09/06_swarm_http.py", ("--quick",),   # --steps 6 --workers 2
            tolerant=(r"bpc", r"loss", r"损失"), mask=ELAPSED),
     Golden("lecture09_07_compression_beyond", "code/lecture09/07_compression_beyond.py", ("--quick", "--fp32"),
            tolerant=(r"bits/字符", r"Δ", r"loss", r"\|"), mask=ELAPSED),

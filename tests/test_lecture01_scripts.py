@@ -235,3 +235,9 @@ def test_a_run_that_rises_on_the_way_says_so_though_it_ends_lower(monkeypatch, c
     evals = result["history"]["evals"]
     assert evals[1][1] > evals[0][1] >= evals[-1][1] - 1
     assert f"中途第{evals[1][0]}步的测量点升到{evals[1][1]:.3f}" in out
+
+
+def test_quick_is_the_golden_run_and_says_what_it_replaces(capsys):
+    run, args = train_base.parse_args(["--quick", "--steps", "7"])
+    assert (run.steps, run.eval_every, run.n_probes, run.n_samples, args.no_cache) == (40, 20, 20, 1, True)
+    assert "覆盖 --steps" in capsys.readouterr().err

@@ -329,7 +329,7 @@ def test_help_is_bilingual_and_shows_every_default(capsys):
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     for action in swarm_http.build_parser()._actions:
-        if action.dest in ("help", "serve", "worker", "worker_pool"):
+        if action.dest in ("help", "serve", "worker", "worker_pool", "quick"):   # switches: no default to show
             continue
         assert "(default" in action.help, action.dest
         assert any("\u4e00" <= ch <= "\u9fff" for ch in action.help), action.dest   # Chinese first
@@ -540,3 +540,11 @@ def test_async_sees_as_many_batches_as_sync(train_tokens):
         assert sum(w.stats["accepted"] for w in workers) == 6   # 3 rounds x 2 workers' batches
     finally:
         running.close()
+
+
+def test_quick_is_the_golden_run_and_says_what_it_replaces(capsys):
+    args = swarm_http.parse_args(["--quick", "--workers", "3"])
+    assert (args.steps, args.workers) == (6, 2)
+    assert "覆盖 --workers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        swarm_http.parse_args(["--serve", "--quick"])          # the default run's flag only

@@ -40,7 +40,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser, run_main, add_precision_arguments, float_in, non_negative_int,
+from lecture01.cli_args import (Parser, given_flags, run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)
 from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
@@ -92,6 +92,10 @@ class BaseRunConfig:
         return self.precision == "bf16"
 
 
+QUICK = {"steps": 40, "eval_every": 20, "probes": 20, "samples": 1}    # --quick (the golden test's run)
+QUICK_TEXT = "--steps 40 --eval-every 20 --probes 20 --samples 1"
+
+
 def parse_args(argv=None):
     d = BaseRunConfig          # the class: its plain defaults, without resolving the precision (torch)
     p = Parser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
@@ -110,7 +114,17 @@ def parse_args(argv=None):
     add_precision_arguments(p)
     p.add_argument("--retrain", action="store_true", help="忽略缓存，重新训练 ignore the cache and train again")
     p.add_argument("--no-cache", action="store_true", help="不读也不写缓存 (tests use this)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"很小的设置，几秒钟（冒烟测试 smoke test）：{QUICK_TEXT}，不读也不写缓存；覆盖这些参数")
     args = p.parse_args(argv)
+    if args.quick:
+        replaced = sorted(set(QUICK) & given_flags(p, argv))
+        if replaced:                     # run anyway, and say so (as lecture 9's scripts do)
+            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in replaced)
+                  + " (overridden by --quick)", file=sys.stderr)
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+        args.no_cache = True
     _heavy()
     # the extra early points belong to the default spacing; --eval-every N means every N steps
     early = d.early_evals if args.eval_every == d.eval_every else ()

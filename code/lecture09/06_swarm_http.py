@@ -73,7 +73,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser,   # noqa: E402
+from lecture01.cli_args import (Parser, given_flags,   # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
@@ -90,6 +90,8 @@ from lecture09.swarm.swarm_report import (  # noqa: E402,F401  (no torch in it; 
 # Settings a student may change (each is also a flag)
 # ---------------------------------------------------------------------------
 
+QUICK = {"steps": 6, "workers": 2}     # --quick: what the golden test runs
+QUICK_TEXT = "--steps 6 --workers 2"
 SERVER = ServerConfig()              # world size 4, sync, 60 steps, clip 1.0, ... (swarm_protocol.py)
 WORKER = WorkerConfig()              # top-k 1%, batch 8, data seed 1, ...
 DEFAULT_MODES = "all"                # every mode of compression.WIRE_MODES: none, topk, topk-int8
@@ -282,7 +284,7 @@ def mode_list(text):
 
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
-    "default": {"workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
+    "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
                 "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio", "batch_size", "seed", "data_seed"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
               "port", "token", "seed", "verbose"},
@@ -306,6 +308,8 @@ def build_parser():
                       help="跑一个工作者，连到 URL 的服务器 (run one worker against the server at URL)")
     role.add_argument("--worker-pool", action="store_true",
                       help="内部用 internal (the default run's worker processes read JSON jobs from stdin)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"很小的设置，冒烟测试用：{QUICK_TEXT}（覆盖这两个参数）tiny settings for a smoke test")
     parser.add_argument("--workers", type=WORKER_COUNT, default=server_defaults.world_size,
                         help="默认运行的工作者数；--serve 时是一轮的工作者数 world size "
                              "(default %(default)s)")
@@ -361,15 +365,20 @@ def parse_args(argv=None):
     """Parse the flags; refuse (exit 2) a flag the chosen mode would not read."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    probe, not_given = build_parser(), object()   # every default replaced by a marker
-    probe.set_defaults(**{name: not_given for name in vars(args)})
-    given = {name for name, value in vars(probe.parse_args(argv)).items() if value is not not_given}
+    given = given_flags(parser, argv)
     role = ("serve" if args.serve else "worker" if args.worker else
             "worker_pool" if args.worker_pool else "default")
     unused = sorted(given - ROLE_FLAGS[role])
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         parser.error(f"{flags} 在{ROLE_NAMES[role]}里不起作用 (not used in this mode)")
+    if args.quick:
+        replaced = sorted(set(QUICK) & given)
+        if replaced:                     # run anyway, and say so (as codes 05 and 07 do)
+            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n for n in replaced)
+                  + " (overridden by --quick)", file=sys.stderr)
+        for name, value in QUICK.items():
+            setattr(args, name, value)
     return args
 
 
