@@ -262,3 +262,16 @@ def test_one_gpu_cluster_is_one_column_and_no_also():
     header = next(line for line in out.splitlines() if line.startswith("模型  batch"))
     assert header.count("1 张卡") == 1
     assert "1 张卡也要" not in out.replace("\n", "").replace(" ", "")
+
+
+def test_demo4_names_every_tensor_once_on_the_rank_that_owns_it():
+    """Exercise 5 (which tensor is the biggest, who holds it) needs the names per rank."""
+    from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
+    results, out = main_quietly(code3.main, ["--demo", "4", "--quick"])
+    ranks = results["demo4"]["ranks"]
+    names = [n for x in ranks for n in x["torch_tensor_names"]]
+    expected = [n for n, _ in tiny_gpt.make_model(MODEL_CONFIG, 0).named_parameters()]
+    assert sorted(names) == sorted(expected)                      # each tensor on exactly one rank
+    assert [len(x["torch_tensor_names"]) for x in ranks] == [x["torch_tensors_owned"] for x in ranks]
+    assert "PyTorch 的 rank 0：" in out and "blocks.0.attn.qkv.weight" in out

@@ -277,4 +277,6 @@ def zero1_worker(rank, world_size, run, xs, ys):
     out["torch_step_bytes"] = steps
     out["torch_params_owned"] = sum(p.numel() for group in zero.optim.param_groups for p in group["params"])
     out["torch_tensors_owned"] = sum(len(group["params"]) for group in zero.optim.param_groups)
+    names = {id(p): name for name, p in model.named_parameters()}
+    out["torch_tensor_names"] = [names[id(p)] for group in zero.optim.param_groups for p in group["params"]]
     return out

@@ -121,3 +121,5 @@ def demo4_observations(real, r, out=print_wrapped):
         f"差 {spread:.1%}" + ("：张量有大有小，整个整个地分，就分不匀。" if spread >= 0.05 else
                             "，这次分得几乎一样匀；但张量有大有小，rank 多了、张量少了就分不匀"
                             + ("（试试 --ranks 4）。" if len(own_bytes) < MAX_RANKS else "。")))
+    for rank, x in enumerate(r["ranks"]):          # which tensors: exercise 5 asks which one is the biggest
+        out(f"    PyTorch 的 rank {rank}：" + "、".join(x["torch_tensor_names"]))
