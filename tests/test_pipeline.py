@@ -307,3 +307,14 @@ def test_the_plan_that_does_not_fit_names_the_zero_stage_used(stage, words):
 def test_demo4_with_a_small_batch_does_not_call_its_bubbles_small():
     _, out = main_quietly(code4.main, ["--demo", "4", "--global-batch", "256"])
     assert "都不大" not in out and "79.5%" in out
+
+
+def test_tp_beyond_one_machine_is_not_priced_on_nvlink():
+    """--tp-size 16 > 8 GPUs per machine: the ring crosses InfiniBand (issue 21, 4)."""
+    _, out = main_quietly(code4.main, ["--demo", "3", "--tp-size", "16"])
+    rows = [line for line in out.splitlines() if line.startswith(("1.3B ", "7B ", "175B "))]
+    assert len(rows) == 3 and all(line.split()[3] == "—" for line in rows)
+    flat = out.replace("\n", "").replace(" ", "")
+    assert "TP=16放不进一台机器" in flat and "TP=16时通信在NVLink上" not in flat
+    _, out = main_quietly(code4.main, ["--demo", "3", "--tp-size", "8"])
+    assert "TP=8时通信在NVLink上" in out.replace("\n", "").replace(" ", "")

@@ -285,9 +285,14 @@ def run_demo3(real, out=print_wrapped):
         model = mm.MODELS[name]
         payload, sent, nvlink, ib, compute = tp_traffic(model, t, 1, cluster)
         traffic[name] = (payload, sent, nvlink, ib, compute)
-        rows.append((name, f"{payload / mm.MB:.1f}", f"{sent / mm.MB:.1f}", f"{nvlink * 1e3:.2f}", f"{ib * 1e3:.2f}",
-                     f"{compute * 1e3:.2f}", f"{nvlink / compute:.0%}", f"{ib / compute:.0%}"))
+        fits = t <= cluster.gpus_per_node        # a ring of more GPUs than one machine has crosses InfiniBand
+        rows.append((name, f"{payload / mm.MB:.1f}", f"{sent / mm.MB:.1f}", f"{nvlink * 1e3:.2f}" if fits else "—",
+                     f"{ib * 1e3:.2f}", f"{compute * 1e3:.2f}", f"{nvlink / compute:.0%}" if fits else "—",
+                     f"{ib / compute:.0%}"))
     print_table(["模型", "每次 MB", "每层每卡发 MB", "NVLink ms", "IB ms", "计算 ms", "NVLink ÷ 计算", "IB ÷ 计算"], rows)
+    if t > cluster.gpus_per_node:
+        out(f"TP = {t} 超过一台机器的 {cluster.gpus_per_node} 张卡：环里至少有一段走 InfiniBand，环形 all-reduce 的速度由最慢的"
+            "那一段决定，所以 NVLink 两列不适用（—），只看 IB 两列。")
     r["traffic"] = traffic
     return r
 
@@ -305,8 +310,11 @@ def demo3_observations(real, r, out=print_wrapped):
         f"{sum(1 for w, _ in mlp if w == 'forward')} 次、反向 {sum(1 for w, _ in mlp if w == 'backward')} 次 all-reduce，"
         f"每次 {mlp[0][1]:,} 个数 = batch × 序列 × 隐藏维，和层的参数量无关。")
     slower = [name for name, x in ib_ratio.items() if x > 1]
-    out(f" 3. 每层、每个 micro-batch 都要通信，而且在关键路径上（下一层要等它的结果）：TP = {real.tp_size} 时通信在 NVLink 上是"
-        f"计算时间的 {min(nv_ratio.values()):.0%}–{max(nv_ratio.values()):.0%}，换到 InfiniBand 上是 "
+    fits = real.tp_size <= parallel_plan.Cluster().gpus_per_node
+    where = (f"TP = {real.tp_size} 时通信在 NVLink 上是计算时间的 {min(nv_ratio.values()):.0%}–{max(nv_ratio.values()):.0%}，"
+             "换到 InfiniBand 上是 " if fits else
+             f"TP = {real.tp_size} 放不进一台机器，环要走 InfiniBand，通信是计算时间的 ")
+    out(f" 3. 每层、每个 micro-batch 都要通信，而且在关键路径上（下一层要等它的结果）：{where}"
         f"{min(ib_ratio.values()):.0%}–{max(ib_ratio.values()):.0%}"
         + (f"，{'、'.join(slower)} 的通信比计算还慢" if slower else "")
         + "。h 越大越划算：计算 ∝ h²，通信 ∝ h。"
