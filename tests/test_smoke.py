@@ -63,3 +63,18 @@ def test_a_bad_flag_is_one_line_with_a_hint(script):
 def test_cheapest_demo_runs(script):
     out = run(script, CHEAPEST[script.name])
     assert out.count("\n") >= 5
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_every_flag_is_explained_in_both_languages(script):
+    """Each flag's help has Chinese and an English word a student can search for (issue 21, 9)."""
+    import re
+    out = run(script, ["--help"])
+    options = out[out.index("options:"):]
+    entries = re.split(r"\n  (?=-)", options)[1:]            # one entry per flag, wrapped lines included
+    for entry in entries:
+        flag, _, text = entry.partition(" ")
+        if flag in ("-h,", "--help"):
+            continue
+        text = re.sub(r"\(default[^)]*\)|--[\w-]+|\{[^}]*\}|[A-Z_]{2,}", " ", text)
+        assert re.search(r"[\u4e00-\u9fff]", text) and re.search(r"[a-z]{3,}", text), (script.name, entry)

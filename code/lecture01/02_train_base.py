@@ -100,7 +100,7 @@ def parse_args(argv=None):
     d = BaseRunConfig          # the class: its plain defaults, without resolving the precision (torch)
     p = Parser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
     p.add_argument("--steps", type=positive_int, default=d.steps, help="训练步数 training steps (default %(default)s)")
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="每步的序列数 (default %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="每步的序列数 sequences per step (default %(default)s)")
     p.add_argument("--lr", type=LEARNING_RATE, default=d.peak_lr,
                    help="峰值学习率 peak learning rate, in (0, 1] (default %(default)s)")
     p.add_argument("--eval-every", type=positive_int, default=d.eval_every,

@@ -300,22 +300,22 @@ def parse_args(argv=None):
     m, real = ModelSetup(), RealSetup()
     p = Parser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
                    help="演示 2-3 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")
     p.add_argument("--latency-us", type=positive_float, default=m.latency_s * 1e6,
-                   help="演示 2-4 的 α：一条消息的延迟 µs (default %(default)g)")
+                   help="演示 2-4 的 α：一条消息的延迟 latency per message, µs (default %(default)g)")
     p.add_argument("--bandwidth-gbps", type=positive_float, default=m.bandwidth_gbps,
                    help="演示 2-4 的 β：带宽 Gbit/s (default %(default)g)")
     p.add_argument("--p", type=int_in(2, 1024), default=m.size_table_p, dest="size_table_p",
-                   help="演示 2、4 的工作者数 (default %(default)s)")
+                   help="演示 2、4 的工作者数 workers p (default %(default)s)")
     p.add_argument("--real-p", type=int_in(2, 8), default=max(real.world_sizes),
                    help="演示 5 最多起几个 gloo 进程，p = 2..REAL_P (default %(default)s)")
     p.add_argument("--repeats", type=int_in(1, 100), default=real.repeats,
-                   help="演示 5 每个点重复几次取中位数 (default %(default)s)")
+                   help="演示 5 每个点重复几次取中位数 repeats per point (default %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=real.timeout_s,
-                   help="演示 5 的进程最多运行几秒，超时全部停止 (default %(default)g)")
+                   help="演示 5 的进程最多运行几秒，超时全部停止 timeout, s (default %(default)g)")
     args = p.parse_args(argv)
     model = replace(m, latency_s=args.latency_us / 1e6, bandwidth_gbps=args.bandwidth_gbps,
                     size_table_p=args.size_table_p)

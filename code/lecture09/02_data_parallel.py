@@ -341,16 +341,16 @@ def parse_args(argv=None):
     s = Setup()
     p = Parser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）")
+    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
     p.add_argument("--world-size", type=int_in(1, 8), default=s.world_size,
                    help="gloo 进程数 W，要能整除 --batch-size (default %(default)s)")
     p.add_argument("--batch-size", type=int_in(1, 512), default=s.batch_size,
                    help="全局 batch（序列数）(default %(default)s)")
     p.add_argument("--steps", type=int_in(1, MAX_CHECK_STEPS), default=s.steps,
-                   help=f"演示 1 和参考比较的步数，最多 {MAX_CHECK_STEPS} (default %(default)s)")
+                   help=f"演示 1 和参考比较的步数，最多 {MAX_CHECK_STEPS} steps compared, at most {MAX_CHECK_STEPS} (default %(default)s)")
     p.add_argument("--bucket-kb", type=int_in(1, 1 << 20), default=s.bucket_kb,
-                   help="分桶写法和 DDP 的桶大小 KiB (default %(default)s)")
+                   help="分桶写法和 DDP 的桶大小 bucket size, KiB (default %(default)s)")
     p.add_argument("--hook-steps", type=int_in(POWERSGD_WARMUP_STEPS + 1, 2000), default=s.hook_steps,
                    help=f"演示 2 每个钩子训练几步，要多于 PowerSGD 的 {POWERSGD_WARMUP_STEPS} 步预热 (default %(default)s)")
     p.add_argument("--powersgd-rank", type=int_in(1, 96), default=s.powersgd_rank,

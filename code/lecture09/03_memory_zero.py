@@ -288,7 +288,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 3：显存、FLOPs 和 ZeRO (lecture 9 code 3: memory, FLOPs and ZeRO)",
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1-2 demos 1-2（纯算术 arithmetic）")
     g1.add_argument("--gpus", type=positive_int, nargs="+", default=list(s.zero_gpus), metavar="N",
@@ -298,19 +298,19 @@ def parse_args(argv=None):
     g1.add_argument("--psi-b", type=positive_float, default=s.figure1_params / 1e9,
                     help="图 1 例子的参数量（十亿）Ψ in billions (default %(default)g)")
     g1.add_argument("--psi-gpus", type=positive_int, default=s.figure1_gpus,
-                    help="图 1 例子的卡数 N_d (default %(default)s)")
+                    help="图 1 例子的卡数 N_d GPUs of the example (default %(default)s)")
     g1.add_argument("--utilisation", type=float_in(0, 1, low_open=True), default=s.utilisation,
-                    help="GPU 实际用到峰值的比例 (default %(default)s)")
+                    help="GPU 实际用到峰值的比例 utilisation of peak FLOPs (default %(default)s)")
     g1.add_argument("--cluster-gpus", type=positive_int, default=s.cluster_gpus,
-                    help="'要多久'按多少张卡算 (default %(default)s)")
+                    help="'要多久'按多少张卡算 GPUs of the cluster (default %(default)s)")
     g2 = p.add_argument_group("演示 3-4 demos 3-4（小 GPT tiny GPT）")
     g2.add_argument("--ranks", type=int_in(2, MAX_RANKS), default=r.ranks,
                     help="ZeRO-1 的进程数 processes (default %(default)s)")
-    g2.add_argument("--steps", type=positive_int, default=r.steps, help="比较的训练步数 (default %(default)s)")
+    g2.add_argument("--steps", type=positive_int, default=r.steps, help="比较的训练步数 steps compared (default %(default)s)")
     g2.add_argument("--batch-size", type=positive_int, default=r.batch_size,
-                    help="每步的序列数，要能被 --ranks 整除 (default %(default)s)")
-    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default %(default)s)")
-    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据顺序的种子 (default %(default)s)")
+                    help="每步的序列数，要能被 --ranks 整除 sequences per step (default %(default)s)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 model init seed (default %(default)s)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据顺序的种子 data order seed (default %(default)s)")
     args = p.parse_args(argv)
     memory = replace(s, zero_gpus=tuple(args.gpus), k=args.k, figure1_params=args.psi_b * 1e9,
                      figure1_gpus=args.psi_gpus, utilisation=args.utilisation, cluster_gpus=args.cluster_gpus)

@@ -126,29 +126,29 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
-    g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p (default %(default)s)")
+    g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")
     g1.add_argument("--micro-batches", type=int_in(1, 64), default=s.n_micro,
                     help="时间线的 micro-batch 数 m (default %(default)s)")
     g1.add_argument("--t-backward", type=int_in(1, 4), default=s.t_backward,
                     help="一次反向是几个时间单位，1–4（前向是 1）backward time units, 1-4 (default %(default)s)")
     g2 = p.add_argument_group("演示 2-3 demos 2-3（真实进程 real ranks）")
     g2.add_argument("--pipe-ranks", type=int_in(2, MAX_PIPE_RANKS), default=r.pipe_ranks,
-                    help="流水线阶段数 = 进程数 (default %(default)s)")
+                    help="流水线阶段数 = 进程数 stages = processes (default %(default)s)")
     g2.add_argument("--pipe-micro-batches", type=positive_int, default=r.pipe_micro,
                     help="真实流水线的 micro-batch 数，要能整除 --batch-size (default %(default)s)")
     g2.add_argument("--batch-size", type=positive_int, default=r.batch_size, help="真实流水线的 batch（序列数）(default %(default)s)")
-    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 (default %(default)s)")
-    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据的种子 (default %(default)s)")
-    g2.add_argument("--tp-ranks", type=int_in(2, 4), default=r.tp_ranks, help="张量并行的进程数 (default %(default)s)")
-    g2.add_argument("--tp-size", type=int_in(2, 64), default=r.tp_size, help="流量表的 TP 大小 (default %(default)s)")
+    g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 model init seed (default %(default)s)")
+    g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据的种子 data seed (default %(default)s)")
+    g2.add_argument("--tp-ranks", type=int_in(2, 4), default=r.tp_ranks, help="张量并行的进程数 tensor-parallel processes (default %(default)s)")
+    g2.add_argument("--tp-size", type=int_in(2, 64), default=r.tp_size, help="流量表的 TP 大小 TP size of the traffic table (default %(default)s)")
     g4 = p.add_argument_group("演示 4 demo 4")
-    g4.add_argument("--plan-model", choices=tuple(mm.MODELS), default=pl.model, help="模型 (default %(default)s)")
-    g4.add_argument("--plan-gpus", type=int_in(1, 65536), default=pl.n_gpus, help="集群的卡数 (default %(default)s)")
+    g4.add_argument("--plan-model", choices=tuple(mm.MODELS), default=pl.model, help="模型 model (default %(default)s)")
+    g4.add_argument("--plan-gpus", type=int_in(1, 65536), default=pl.n_gpus, help="集群的卡数 GPUs in the cluster (default %(default)s)")
     g4.add_argument("--global-batch", type=positive_int, default=pl.global_batch,
-                    help="每次迭代的序列数 (default %(default)s)")
+                    help="每次迭代的序列数 sequences per iteration (default %(default)s)")
     g4.add_argument("--recompute", choices=("none", "selective", "full"), default=pl.recompute,
                     help="激活重算 activation recomputation (default %(default)s)")
     g4.add_argument("--zero-stage", type=int_in(0, 3), default=pl.zero_stage,

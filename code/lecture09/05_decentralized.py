@@ -139,7 +139,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 5：去中心化训练 (lecture 9 code 5: decentralized training)",
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
@@ -154,7 +154,7 @@ def parse_args(argv=None):
     g1.add_argument("--inter-gbps", type=GBPS, nargs=2, metavar=("LO", "HI"), default=s.inter_gbps_range,
                     help="地区之间带宽范围 Gbit/s (default %(default)s)")
     g1.add_argument("--inter-latency-ms", type=LATENCY_MS, nargs=2, metavar=("LO", "HI"),
-                    default=s.inter_latency_ms_range, help="地区之间延迟范围 ms (default %(default)s)")
+                    default=s.inter_latency_ms_range, help="地区之间延迟范围 latency between regions, ms (default %(default)s)")
     g1.add_argument("--global-batch", type=int_in(1, MAX_GLOBAL_BATCH), default=s.global_batch,
                     help="全局 batch（序列数），决定激活流量 (default %(default)s)")
     g1.add_argument("--second-batch", type=int_in(0, MAX_GLOBAL_BATCH), default=s.second_batch,
@@ -163,13 +163,13 @@ def parse_args(argv=None):
                     help="每个副本的 batch 分成几个微批次 M：气泡 (P-1)/(M+P-1)，每个切口 M 次延迟 "
                          "(default %(default)s)")
     g1.add_argument("--random-layouts", type=positive_int, default=s.n_random,
-                    help="随机分配的个数 (default %(default)s)")
+                    help="随机分配的个数 random layouts (default %(default)s)")
     g1.add_argument("--restarts", type=positive_int, default=s.restarts,
-                    help="局部搜索重启次数，也是遗传算法的种子数 (default %(default)s)")
+                    help="局部搜索重启次数，也是遗传算法的种子数 restarts, and genetic seeds (default %(default)s)")
     g1.add_argument("--strict-iters", type=non_negative_int, default=s.strict_iters,
-                    help="严格局部搜索每次的提议数 (default %(default)s)")
+                    help="严格局部搜索每次的提议数 proposals per strict search (default %(default)s)")
     g1.add_argument("--sideways-iters", type=non_negative_int, default=s.sideways_iters,
-                    help="持平局部搜索每次的提议数 (default %(default)s)")
+                    help="持平局部搜索每次的提议数 proposals per sideways search (default %(default)s)")
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default %(default)s)")
     g2 = p.add_argument_group("演示 2 demo 2")

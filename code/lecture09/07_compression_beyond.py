@@ -310,7 +310,7 @@ def parse_args(argv=None):
     p.add_argument("--powersgd-ranks", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
                    help="PowerSGD 的秩，每个一行 ranks, one row each (default %(default)s)")
     p.add_argument("--diloco-h", type=positive_int, nargs="+", default=list(d["diloco_h"]),
-                   help="DiLoCo 每 H 步通信一次，每个 H 一行 (default %(default)s)")
+                   help="DiLoCo 每 H 步通信一次，每个 H 一行 one row per sync period H (default %(default)s)")
     p.add_argument("--diloco-compressed-h", type=positive_int, default=d["diloco_compressed_h"],
                    help="int8 伪梯度那一行的 H (default %(default)s)")
     p.add_argument("--outer-lr", type=float_in(0, 10, low_open=True), default=d["outer_lr"],

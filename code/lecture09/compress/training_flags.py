@@ -17,7 +17,7 @@ def add_training_arguments(group, defaults=DEFAULTS):
     """Add --steps, --model-seed, --data-seed, --seeds, --jobs and the precision flags to
     an argparse parser or argument group."""
     d = defaults
-    group.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 (default %(default)s)")
+    group.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 training steps (default %(default)s)")
     group.add_argument("--model-seed", type=non_negative_int, default=d["model_seed"],
                        help="模型初始化的种子 model init seed (default %(default)s)")
     group.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
@@ -26,5 +26,5 @@ def add_training_arguments(group, defaults=DEFAULTS):
                        help="每行训练几组种子，打印平均和范围；第 k 组 = (模型+k, 数据+k) "
                             "(seed pairs per row, default %(default)s)")
     group.add_argument("--jobs", type=positive_int, default=d["jobs"],
-                       help="同时训练的进程数，结果与它无关 (default %(default)s)")
+                       help="同时训练的进程数，结果与它无关 training processes at once (default %(default)s)")
     add_precision_arguments(group)
