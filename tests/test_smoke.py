@@ -78,3 +78,14 @@ def test_every_flag_is_explained_in_both_languages(script):
             continue
         text = re.sub(r"\(default[^)]*\)|--[\w-]+|\{[^}]*\}|[A-Z_]{2,}", " ", text)
         assert re.search(r"[\u4e00-\u9fff]", text) and re.search(r"[a-z]{3,}", text), (script.name, entry)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_help_fits_an_80_column_terminal_too(script):
+    import os
+    from lecture01.console import display_width
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                          cwd=str(ROOT.parent), timeout=60, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0
+    wide = [line for line in done.stdout.splitlines() if display_width(line) > 80]
+    assert not wide, wide[:3]

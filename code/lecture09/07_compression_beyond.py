@@ -307,9 +307,9 @@ def parse_args(argv=None):
                         "tiny settings for a smoke test (they replace those flags, and a note says so)")
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
                    help="按块 int8 每块的分量数 entries per scale (default %(default)s)")
-    p.add_argument("--powersgd-ranks", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
+    p.add_argument("--powersgd-ranks", metavar="R", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
                    help="PowerSGD 的秩，每个一行 ranks, one row each (default %(default)s)")
-    p.add_argument("--diloco-h", type=positive_int, nargs="+", default=list(d["diloco_h"]),
+    p.add_argument("--diloco-h", metavar="H", type=positive_int, nargs="+", default=list(d["diloco_h"]),
                    help="DiLoCo 每 H 步通信一次，每个 H 一行 one row per sync period H (default %(default)s)")
     p.add_argument("--diloco-compressed-h", type=positive_int, default=d["diloco_compressed_h"],
                    help="int8 伪梯度那一行的 H (default %(default)s)")
