@@ -40,7 +40,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser, given_flags, run_main, add_precision_arguments, float_in, non_negative_int,
+from lecture01.cli_args import (Parser, apply_quick, given_flags, run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)
 from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
@@ -118,12 +118,7 @@ def parse_args(argv=None):
                    help=f"很小的设置，几秒钟（冒烟测试 smoke test）：{QUICK_TEXT}，不读也不写缓存；覆盖这些参数")
     args = p.parse_args(argv)
     if args.quick:
-        replaced = sorted(set(QUICK) & given_flags(p, argv))
-        if replaced:                     # run anyway, and say so (as lecture 9's scripts do)
-            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in replaced)
-                  + " (overridden by --quick)", file=sys.stderr)
-        for name, value in QUICK.items():
-            setattr(args, name, value)
+        apply_quick(args, QUICK, given_flags(p, argv))
         args.no_cache = True
     _heavy()
     # the extra early points belong to the default spacing; --eval-every N means every N steps

@@ -48,6 +48,18 @@ def given_flags(parser, argv):
             action.default = default
 
 
+def apply_quick(args, settings, given):
+    """--quick: set `settings` (argparse dest -> value) on args; if the command line also gave
+    some of those flags (`given`: given_flags), run anyway and say so in one stderr line."""
+    import sys
+    replaced = sorted(set(settings) & given)
+    if replaced:
+        print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in replaced)
+              + " (overridden by --quick)", file=sys.stderr)
+    for name, value in settings.items():
+        setattr(args, name, value)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser with DisplayWidthHelpFormatter, whose errors are one line."""
 

@@ -73,7 +73,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser, given_flags,   # noqa: E402
+from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
@@ -373,12 +373,7 @@ def parse_args(argv=None):
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         parser.error(f"{flags} 在{ROLE_NAMES[role]}里不起作用 (not used in this mode)")
     if args.quick:
-        replaced = sorted(set(QUICK) & given)
-        if replaced:                     # run anyway, and say so (as codes 05 and 07 do)
-            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n for n in replaced)
-                  + " (overridden by --quick)", file=sys.stderr)
-        for name, value in QUICK.items():
-            setattr(args, name, value)
+        apply_quick(args, QUICK, given)
     return args
 
 

@@ -33,7 +33,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
+from lecture01.cli_args import Parser, apply_quick, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
@@ -322,12 +322,8 @@ def parse_args(argv=None):
     training_flags.add_training_arguments(p, d)
     args = p.parse_args(argv)
     if args.quick:
-        overridden = sorted(set(QUICK) & given_flags(p, argv))
-        if overridden:                   # run anyway, and say so (as code 5 does)
-            print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in overridden)
-                  + " (overridden by --quick)", file=sys.stderr)
-        for name, value in QUICK.items():
-            setattr(args, name, list(value) if isinstance(value, tuple) else value)
+        quick = {k: list(v) if isinstance(v, tuple) else v for k, v in QUICK.items()}   # nargs="+" flags are lists
+        apply_quick(args, quick, given_flags(p, argv))
     from lecture09.compress.compressed_dp import Seeds, TrainSetup
     train = replace(TrainSetup().with_steps(args.steps), block_size=args.block_size,
                     onebit_warmup=args.onebit_warmup, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
