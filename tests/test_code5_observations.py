@@ -39,3 +39,27 @@ def test_error_feedback_words_follow_the_numbers(argv, capsys):
         delta = rows[key].deltas[0]
         word = "和不压缩差不多" if abs(delta) <= TOL else ("比不压缩差" if delta > 0 else "比不压缩好")
         assert _flat(label + word) in out, (argv, key, delta)
+
+
+class _Setup:
+    def __init__(self, momentum):
+        self.sgd_lr, self.sgd_momentum = 0.3, momentum
+
+
+@pytest.mark.parametrize("adam, sgd, momentum, words", [
+    ([-0.1], [0.3], 0.0, "和 1-bit Adam（Tang et al. 2021）的出发点一致：误差反馈帮了普通 SGD"),
+    ([0.2, 0.1], [0.3, 0.4], 0.0, "误差反馈帮了普通 SGD（lr 0.3，不带动量），也帮了 AdamW"),
+    ([0.2], [-0.3], 0.9, "没有帮带动量的 SGD（lr 0.3，动量 momentum 0.9）。一个假设"),
+    ([0.2], [0.0], 0.0, "没有帮普通 SGD（lr 0.3，不带动量），和 1-bit Adam"),
+    ([0.2, 0.2], [0.3, -0.3], 0.0, "没有帮普通 SGD"),  # seeds disagree: not claimed as help
+])
+def test_observation_4_branches(adam, sgd, momentum, words):
+    """Hand-made gains (bits per char without minus with EF, per seed) reach each branch."""
+    said = code5_report().error_feedback_and_the_optimizer(adam, sgd, _Setup(momentum))
+    assert words in said
+    assert ("误差反馈帮了" in said) == all(g > TOL for g in sgd)
+
+
+def code5_report():
+    from lecture09.compress import demo2_report
+    return demo2_report

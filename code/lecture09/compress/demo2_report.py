@@ -221,7 +221,7 @@ def error_feedback_and_the_optimizer(gain_adam, gain_sgd, t):
         said = (f"这次的数字和 1-bit Adam（Tang et al. 2021）的出发点一致：误差反馈帮了{sgd}，没有帮 AdamW。"
                 "他们的论证是：误差反馈的理论针对 SGD 这样对梯度是线性的更新，Adam 的更新不是线性的。")
     elif helped["sgd"]:
-        said = f"这次误差反馈对{sgd}和 AdamW 都有帮助；1-bit Adam（Tang et al. 2021）论证的是它不能直接用在 Adam 上。"
+        said = f"这次误差反馈帮了{sgd}，也帮了 AdamW；1-bit Adam（Tang et al. 2021）论证的是它不能直接用在 Adam 上。"
     elif t.sgd_momentum:
         said = (f"这次误差反馈没有帮{sgd}。一个假设：残差先进动量、再被动量放大，Lin et al. 2018（DGC）"
                 "为此加了动量修正（momentum correction）；练习 8 检验它。1-bit Adam（Tang et al. 2021）的出发点，"
