@@ -4,6 +4,7 @@ valid round that succeeds; the swarm trains; a refused worker keeps its residual
 
 import http.client
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -117,8 +118,10 @@ def test_the_table_covers_every_refusal_a_client_can_provoke_with_one_request():
     covered = {case.code for case in swarm_bad_uploads.BAD_UPLOADS}
     # request_timeout, busy and training_done need time, many connections or a finished run:
     # each has its own test below; not_found and incomplete_body too.
+    # The request-line refusals and the throttle are tested in test_swarm_faults.py.
     assert set(swarm_protocol.REFUSALS) - covered == {"request_timeout", "busy", "training_done", "not_found",
-                                                       "incomplete_body"}
+                                                       "incomplete_body", "too_many_failures", "bad_request_line",
+                                                       "uri_too_long", "unsupported_method", "unsupported_version"}
 
 
 def test_the_messages_say_what_was_wrong(server):
@@ -444,8 +447,9 @@ def test_ctrl_c_in_the_default_run_stops_with_one_line_and_no_process_left():
     assert err.count("已中断") == 1
 
 
-def test_serve_and_worker_by_parts_then_ctrl_c_each():
-    server = _start("--serve", "--workers", "1", "--steps", "100000", "--token", "class9")
+def test_serve_and_worker_by_parts_then_ctrl_c_each(tmp_path):
+    server = _start("--serve", "--workers", "1", "--steps", "100000", "--token", "class9",
+                    "--checkpoint-dir", str(tmp_path))
     try:
         first = server.stdout.readline()
         url = swarm_http.re.search(r"http://127\.0\.0\.1:\d+", first).group(0)
@@ -467,9 +471,10 @@ def test_serve_and_worker_by_parts_then_ctrl_c_each():
         finally:
             if worker.poll() is None:
                 worker.kill()
-        code, out, err = _interrupt(server)
-        assert (code, err.strip()) == (130, "已中断 interrupted (Ctrl-C)")
-        assert "Traceback" not in out
+        code, out, err = _interrupt(server)   # the server stops gracefully: a checkpoint, status 0
+        assert (code, err.strip()) == (0, "")
+        assert re.search(r"已停止 stopped \(Ctrl-C\) at version \d+: checkpoint .*--resume", out.splitlines()[-1])
+        assert "Traceback" not in out and list(tmp_path.glob("checkpoint-*.pt"))
     finally:
         if server.poll() is None:
             server.kill()

@@ -260,10 +260,10 @@ def test_long_polls_are_capped_and_end_when_the_client_leaves():
         waiting.sendall(b"GET /weights?after=0 HTTP/1.1\r\nHost: x\r\n\r\n")
         while running.httpd.long_polls._value != 0:   # until the server holds it
             time.sleep(0.05)
-        # A second long poll finds no free slot: it is answered at once, with version 0.
-        code, headers, _ = http_call(f"{running.url}/weights?after=0")
-        assert (code, headers["X-Model-Version"]) == (200, "0")
-        assert running.swarm.counts["long_polls_answered_at_once"] == 1
+        # A second long poll finds no free slot: 503 at once, with Retry-After and no weights.
+        code, headers, body = http_call(f"{running.url}/weights?after=0")
+        assert (code, headers["Retry-After"], json.loads(body)["code"]) == (503, "1", "busy")
+        assert running.swarm.counts["rejected_busy"] == 1
         waiting.close()   # the first client leaves: the server stops waiting for it
         for _ in range(600):
             if running.httpd.long_polls._value == 1:

@@ -63,7 +63,6 @@ import os
 import re
 import secrets
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -77,7 +76,7 @@ from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
-from lecture09.swarm.swarm_protocol import HOST, ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
+from lecture09.swarm.swarm_protocol import ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
 from lecture09.swarm.swarm_report import (  # noqa: E402,F401  (no torch in it; the tests reach some here)
     DEFAULT_DOWNLINK_MBYTE_PER_S, DEFAULT_RTT_MS, DEFAULT_UPLINK_MBYTE_PER_S, HEADER_SHARE_SIGNIFICANT, Link,
     SwarmResult, bf16_weights_bytes, demo_server_checks, print_server_checks, print_timing, print_traffic_table,
@@ -132,8 +131,9 @@ def run_default(args):
         wait_until_ready(pool)
         results = []
         for mode in args.modes:
-            worker_config = replace(WORKER, compression=mode, topk_ratio=args.topk_ratio,
-                                    batch_size=args.batch_size, data_seed=args.data_seed, token=server_config.token)
+            worker_config = replace(WORKER, compression=mode, topk_ratio=args.topk_ratio, batch_size=args.batch_size,
+                                    data_seed=args.data_seed, token=server_config.token,
+                                    retry_budget_s=args.retry_budget_s)
             result = run_swarm(pool, server_config, worker_config, val_tokens)
             print(f"  {mode}: {result.steps} 步 steps, {result.wall_s:.1f} s", file=sys.stderr, flush=True)
             results.append(result)
@@ -173,41 +173,12 @@ def script_path():
 
 
 def run_serve(args):
-    """The parameter server alone; Ctrl-C (KeyboardInterrupt) stops it, after closing the server."""
-    import torch
-    from lecture01.tiny_gpt import bits_per_char, load_world_tokens
-    from lecture09.swarm.swarm_http import RunningServer
-
-    torch.set_num_threads(1)
-    config = server_config_from(args, args.token)
-    try:
-        server = RunningServer(config, port=args.port, verbose=args.verbose)
-    except OSError as error:   # e.g. the port is taken
-        print(f"无法监听 cannot listen on {HOST}:{args.port}: {error}", file=sys.stderr)
-        return 1
-    try:
-        print(f"参数服务器 parameter server: {server.url}  ({config.update}, world_size {config.world_size}, "
-              f"{config.total_updates} 步 steps, token {'on' if config.token else 'off'})", flush=True)
-        print(f"每个工作者一个终端 one terminal per worker, N = 0 .. {config.world_size - 1}:", flush=True)
-        print(f"  python3 {script_path()} --worker {server.url} --worker-id N"
-              + (" --token ..." if config.token else ""), flush=True)
-        _, val_tokens = load_world_tokens()
-        swarm = server.swarm
-        shown = 0
-        while not swarm.done:
-            with swarm.changed:
-                swarm.changed.wait_for(lambda: swarm.version > shown, timeout=1.0)
-                version, loss = swarm.version, swarm.last_loss
-            if version > shown and (version % 10 == 0 or version == config.total_updates):
-                print(f"  步 step {version}/{config.total_updates}  平均损失 mean loss {loss:.4f}", flush=True)
-            shown = version
-        with swarm.lock:
-            bpc = bits_per_char(swarm.model, val_tokens)
-        print(f"训练完成 done: 验证 bpc {bpc:.4f}; /status 仍可查询, Ctrl-C 退出 to quit", flush=True)
-        while True:
-            time.sleep(3600)
-    finally:
-        server.close()
+    """The parameter server alone (swarm/swarm_serve.py): until SIGTERM or Ctrl-C, then a
+    checkpoint and status 0."""
+    from lecture09.swarm.swarm_serve import serve
+    config = replace(server_config_from(args, args.token), checkpoint_dir=args.checkpoint_dir or None,
+                     checkpoint_every=args.checkpoint_every)
+    return serve(config, args.port, args.verbose, args.resume, script_path())
 
 
 def run_worker_cli(args):
@@ -218,7 +189,8 @@ def run_worker_cli(args):
 
     torch.set_num_threads(1)
     config = replace(WORKER, worker_id=args.worker_id, compression=args.compression, topk_ratio=args.topk_ratio,
-                     batch_size=args.batch_size, data_seed=args.data_seed, token=args.token)
+                     batch_size=args.batch_size, data_seed=args.data_seed, token=args.token,
+                     retry_budget_s=args.retry_budget_s)
     url = args.worker.rstrip("/")
     print(f"工作者 worker {config.worker_id} -> {url} ({config.compression})", flush=True)
     try:
@@ -285,10 +257,11 @@ def mode_list(text):
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
-                "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio", "batch_size", "seed", "data_seed"},
+                "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio", "batch_size", "seed", "data_seed", "retry_budget_s"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
-              "port", "token", "seed", "verbose"},
-    "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed"},
+              "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume"},
+    "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
+               "retry_budget_s"},
     "worker_pool": {"worker_pool"},
 }
 ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)", "serve": "--serve",
@@ -356,6 +329,18 @@ def build_parser():
     parser.add_argument("--data-seed", type=non_negative_int, default=worker_defaults.data_seed,
                         help="工作者抽 batch 的种子（和编号一起）seed of the batch generators "
                              "(default %(default)s)")
+    parser.add_argument("--checkpoint-dir", default="swarm_checkpoint", metavar="DIR",
+                        help="--serve：检查点写到这个文件夹（停下时一定写；'' = 不写）checkpoint folder "
+                             "(default %(default)s)")
+    parser.add_argument("--checkpoint-every", type=non_negative_int, default=10, metavar="N",
+                        help="--serve：每走 N 步写一个检查点，0 = 只在停下时写 checkpoint every N versions "
+                             "(default %(default)s)")
+    parser.add_argument("--resume", metavar="PATH",
+                        help="--serve：从检查点文件，或文件夹里最新的检查点继续 resume from a checkpoint "
+                             "(default: start from scratch)")
+    parser.add_argument("--retry-budget-s", type=non_negative_float, default=worker_defaults.retry_budget_s,
+                        help="工作者遇到暂时的失败（503、429、408、连不上）时，同一个请求最多重试这么多秒，"
+                             "之后停下 retry budget per request (default %(default)s)")
     parser.add_argument("--verbose", action="store_true",
                         help="--serve：记录每个 HTTP 请求 log every request (default %(default)s)")
     return parser

@@ -54,7 +54,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Request:
-    headers: list               # (name, value) pairs, sent in this order, repeats allowed
+    headers: list               # (name, value) pairs, sent in this order, repeats allowed;
+                                # (text, None) sends `text` as the whole line (a malformed one)
     body: bytes = b""
     send_body: bool = True      # False: the body is announced by Content-Length, never sent
 
@@ -81,6 +82,16 @@ def doubled(lines, name, second):
         out.append((n, v))
         if n == name:
             out.append((n, second))
+    return out
+
+
+def after(lines, name, *extra):
+    """The header list with `extra` (name, value) lines inserted right after `name`."""
+    out = []
+    for n, v in lines:
+        out.append((n, v))
+        if n == name:
+            out.extend(extra)
     return out
 
 
@@ -148,6 +159,28 @@ BAD_UPLOADS = (
         t, lambda h: doubled(h, "X-Worker-Id", "eve"))),
     BadUpload("两个 X-Compression", "ambiguous_request", lambda t: with_headers(
         t, lambda h: doubled(h, "X-Compression", "none")), in_demo=False),
+    # Header lines that are not `token ":" OWS value OWS` (issue 22; RFC 9112 §5.1): a lenient
+    # parser stops at the first one and never sees the header that follows it.
+    BadUpload("冒号前有空格 'Transfer-Encoding : chunked'", "malformed_header", lambda t: with_headers(
+        t, lambda h: h + [("Transfer-Encoding : chunked", None)]), in_demo=False),
+    BadUpload("冒号前有空格 'Content-Length : 0'", "malformed_header", lambda t: with_headers(
+        t, lambda h: h + [("Content-Length : 0", None)]), in_demo=False),
+    BadUpload("没有冒号的行，再 Transfer-Encoding", "malformed_header", lambda t: with_headers(
+        t, lambda h: h + [("no colon here", None), ("Transfer-Encoding", "chunked")]), in_demo=False),
+    BadUpload("没有冒号的行，再一个 Authorization", "malformed_header", lambda t: with_headers(
+        t, lambda h: h + [("no colon here", None), ("Authorization", "Bearer guess")]), in_demo=False),
+    BadUpload("NUL 开头的行，再一个 X-Worker-Id", "malformed_header", lambda t: with_headers(
+        t, lambda h: h + [("\x00X-Note: hi", None), ("X-Worker-Id", "eve")]), in_demo=False),
+    BadUpload("续行 obs-fold", "malformed_header", lambda t: with_headers(
+        t, lambda h: after(h, "X-Loss", (" 4.0", None))), in_demo=False),
+    BadUpload("Content-Length 后跟 \\x0b", "malformed_header", lambda t: with_headers(
+        t, lambda h: [(n, v + "\x0b" if n == "Content-Length" else v) for n, v in h]), in_demo=False),
+    BadUpload("Content-Length 前有 \\xa0", "bad_length", lambda t: with_headers(
+        t, lambda h: [(n, "\xa0" + v if n == "Content-Length" else v) for n, v in h]), in_demo=False),
+    BadUpload("101 行请求头 101 header lines", "headers_too_large", lambda t: with_headers(
+        t, lambda h: h + [(f"X-Pad-{i}", "x") for i in range(101 - len(h))]), in_demo=False),
+    BadUpload("Expect: 未知 unknown expectation", "expectation_failed", lambda t: with_headers(
+        t, lambda h: h + [("Expect", "teapot")]), in_demo=False),
 )
 
 
@@ -155,7 +188,8 @@ def send(url, request, timeout_s=10.0):
     """Send `request` as raw bytes to url's /gradients; (status, answer dict)."""
     parts = urlsplit(url)
     head = "POST /gradients HTTP/1.1\r\n" + f"Host: {parts.hostname}:{parts.port}\r\n"
-    head += "".join(f"{name}: {value}\r\n" for name, value in request.headers) + "\r\n"
+    head += "".join(f"{name}\r\n" if value is None else f"{name}: {value}\r\n"
+                    for name, value in request.headers) + "\r\n"
     with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s) as sock:
         try:
             sock.sendall(head.encode("latin-1") + (request.body if request.send_body else b""))

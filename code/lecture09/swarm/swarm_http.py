@@ -19,11 +19,15 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from lecture09.swarm.swarm_protocol import HOST, REFUSALS, Rejection, ServerConfig, check_framing, check_upload_request
+from http.client import HTTPMessage
+
+from lecture09.swarm.swarm_protocol import (HOST, REFUSALS, AuthThrottle, Rejection, ServerConfig, check_framing,
+                                            check_upload_request, read_head)
 from lecture09.swarm.swarm_server import ParameterServer
 
 WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this
 DRAIN_LIMIT_S = 2.0      # after refusing a body unread, how long we discard what still arrives
+BUSY_RETRY_AFTER_S = 1   # what a 503 (no free connection or long-poll slot) asks a client to wait
 
 
 class RequestDeadline(TimeoutError):
@@ -73,19 +77,6 @@ class _CountingWriter(io.RawIOBase):
         return len(data)
 
 
-class _LineRecorder:
-    """Stands in for rfile while http.server parses the headers: keeps each raw line."""
-
-    def __init__(self, rfile):
-        self.rfile = rfile
-        self.lines = []
-
-    def readline(self, limit=-1):
-        line = self.rfile.readline(limit)
-        self.lines.append(line)
-        return line
-
-
 def _endpoint(command, path):
     route = urlsplit(path).path
     return f"{command} {route}" if route in ("/weights", "/gradients", "/status") else "other"
@@ -130,28 +121,25 @@ class SwarmHandler(BaseHTTPRequestHandler):
         self.reader.deadline = time.monotonic() + swarm.config.request_deadline_s
         self.answered = False
         read_before, written_before = self.reader.bytes_read, self.writer.bytes_written
-        self.command, self.path = None, ""
+        # What send_response and log_request read, set before anything can fail: an answer
+        # to a request that never arrived (408) still has a status line.
+        self.command, self.path, self.request_version, self.requestline = None, "", "HTTP/1.1", ""
         try:
-            self.raw_requestline = self.rfile.readline(65537)
-            if not self.raw_requestline:
+            head = read_head(self.rfile.readline)
+            if head is None:
                 self.close_connection = True
                 return
-            if len(self.raw_requestline) > 65536:
-                self.requestline, self.request_version, self.command = "", "", ""
-                self.send_error(414)
-                return
-            if not self.parse_request():
-                return   # http.server has answered (400, 431, 505)
-            method = getattr(self, "do_" + self.command, None)
-            if method is None:
-                self.send_error(501, f"Unsupported method ({self.command!r})")
-                return
-            method()
+            self._adopt(head)
+            getattr(self, "do_" + head.method)()
+        except Rejection as rejection:   # check 0: the request line or a header line
+            self.close_connection = True
+            self._try(self._refuse, rejection)
+            self._drain_unread()
         except RequestDeadline:
             self.close_connection = True
             if not self.answered:
-                self._try(lambda: self._refuse(Rejection("request_timeout", "the request did not arrive within "
-                                                         f"{swarm.config.request_deadline_s:g} s")))
+                self._try(self._refuse, Rejection("request_timeout", "the request did not arrive within "
+                                                  f"{swarm.config.request_deadline_s:g} s"))
                 self._drain_unread()
         except (ConnectionError, TimeoutError, OSError):
             self.close_connection = True   # the client went away: nothing to say, nothing to log
@@ -160,19 +148,29 @@ class SwarmHandler(BaseHTTPRequestHandler):
                                       self.reader.bytes_read - read_before,
                                       self.writer.bytes_written - written_before)
 
-    def _try(self, action):
+    def _adopt(self, head):
+        """The parsed head as http.server's attributes; whether the connection stays open."""
+        self.command, self.path, self.request_version = head.method, head.target, head.version
+        self.requestline = f"{head.method} {head.target} {head.version}"
+        self.headers = HTTPMessage()
+        for name, value in head.headers:
+            self.headers[name] = value   # appends: a repeated header stays visible to check_framing
+        self.raw_header_lines = head.raw_lines
+        # One request per connection, as http.server does for its protocol_version HTTP/1.0
+        # (urllib opens a connection per request anyway): no idle keep-alive holds a thread.
+        self.close_connection = True
+        expect = self.headers.get("Expect")
+        if expect is not None:
+            if expect.lower() != "100-continue":
+                raise Rejection("expectation_failed", f"Expect: {expect} is not supported")
+            self.send_response_only(100)
+            self.end_headers()
+
+    def _try(self, action, *args):
         try:
-            action()
+            action(*args)
         except OSError:
             pass
-
-    def parse_request(self):
-        recorder = self.rfile = _LineRecorder(self.rfile)
-        try:
-            return super().parse_request()
-        finally:
-            self.rfile = recorder.rfile
-            self.raw_header_lines = recorder.lines
 
     def send_response(self, code, message=None):
         self.answered = True
@@ -190,10 +188,14 @@ class SwarmHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _refuse(self, rejection, headers=None):
+        """The one error writer: every refusal is JSON with a code from REFUSALS."""
         swarm = self.server.swarm
         swarm.count_rejection(rejection.code)
+        headers = dict(headers or {})
         if rejection.code == "unauthorized":
-            headers = dict(headers or {}, **{"WWW-Authenticate": "Bearer"})
+            headers["WWW-Authenticate"] = "Bearer"
+        if rejection.retry_after_s is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(rejection.retry_after_s)))
         self._reply(rejection.status, {"accepted": False, "applied": False, "code": rejection.code,
                                        "error": rejection.reason, "version": swarm.version}, headers=headers)
 
@@ -224,8 +226,10 @@ class SwarmHandler(BaseHTTPRequestHandler):
             return self._refuse(Rejection("bad_header", "after must be an integer"))
         after = None if after is None else int(after)
         if after is not None and not self.server.long_polls.acquire(blocking=False):
-            after = None   # too many clients waiting already: answer at once with what we have
-            swarm.count("long_polls_answered_at_once")
+            # Every slot holds a waiting client: a full answer now would send the whole body
+            # to a client that asked to wait, and it would ask again at once (a spin).
+            return self._refuse(Rejection("busy", f"all {swarm.config.long_poll_slots} long-poll slots are "
+                                                  "taken; try again", retry_after_s=BUSY_RETRY_AFTER_S))
         try:
             body, version, done = swarm.weights_body(after, self._client_gone)
         finally:
@@ -236,10 +240,14 @@ class SwarmHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         swarm = self.server.swarm
+        address = self.client_address[0]
         try:
+            self.server.auth_throttle.check(address)
             n_bytes, upload = check_upload_request(self.raw_header_lines, self.headers, urlsplit(self.path).path,
                                                    swarm.max_body_bytes, swarm.config.token)
         except Rejection as rejection:
+            if rejection.code == "unauthorized":
+                self.server.auth_throttle.failed(address)
             # The body is never read: close after answering, and discard (for a moment)
             # what the client still sends, so its kernel does not reset our answer away.
             self.close_connection = True
@@ -281,8 +289,9 @@ class SwarmHTTPServer(ThreadingHTTPServer):
         super().__init__(address, SwarmHandler)
         self.swarm = swarm
         self.verbose = verbose
-        self.connections = threading.BoundedSemaphore(swarm.config.max_connections)
-        self.long_polls = threading.BoundedSemaphore(swarm.config.max_long_polls)
+        self.connections = threading.BoundedSemaphore(swarm.config.connection_slots)
+        self.long_polls = threading.BoundedSemaphore(swarm.config.long_poll_slots)
+        self.auth_throttle = AuthThrottle(swarm.config.auth_failures, swarm.config.auth_window_s)
         self.traffic = Counter()   # "<endpoint> requests" / "bytes in" / "bytes out"
         self.traffic_lock = threading.Lock()
 
@@ -314,7 +323,7 @@ class SwarmHTTPServer(ThreadingHTTPServer):
         body = _json_bytes({"accepted": False, "applied": False, "code": code,
                             "error": "too many open connections; try again", "version": self.swarm.version})
         head = (f"HTTP/1.1 {REFUSALS[code][0]} Service Unavailable\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
+                f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: {BUSY_RETRY_AFTER_S}\r\n\r\n").encode()
         self.swarm.count_rejection(code)
 
         def answer():   # a short-lived thread outside the cap: at most DRAIN_LIMIT_S + 0.5 s
@@ -340,11 +349,17 @@ class SwarmHTTPServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class RunningServer:
-    """A ParameterServer behind HTTP on 127.0.0.1, serving from a background thread."""
+STOP_DRAIN_S = 5.0   # on stop, how long requests in flight may take to finish before the checkpoint
 
-    def __init__(self, config=ServerConfig(), port=0, verbose=False):
+
+class RunningServer:
+    """A ParameterServer behind HTTP on 127.0.0.1, serving from a background thread;
+    resume: a checkpoint file or folder to go on from (swarm_checkpoint.py)."""
+
+    def __init__(self, config=ServerConfig(), port=0, verbose=False, resume=None):
         self.swarm = ParameterServer(config)
+        if resume is not None:
+            self.swarm.restore(resume)
         self.httpd = SwarmHTTPServer((HOST, port), self.swarm, verbose)   # port 0: the OS picks a free one
         self.url = f"http://{HOST}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -360,3 +375,20 @@ class RunningServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()
+
+    def stop(self):
+        """A graceful stop (SIGTERM, Ctrl-C): accept nothing new, let what is in flight finish
+        (waiting long polls answer at once; at most STOP_DRAIN_S), then write a checkpoint
+        of everything, the round in progress included. Returns (path, bytes, seconds) or None
+        without a checkpoint folder; in-flight requests still running after the drain time
+        are cut off (an upload not yet in the round is lost, as if it never arrived)."""
+        self.swarm.close()            # long polls return now; a round deadline no longer fires
+        self.httpd.shutdown()         # serve_forever returns: no new connection is accepted
+        self.thread.join()
+        end_s = time.monotonic() + STOP_DRAIN_S
+        slots = self.swarm.config.connection_slots
+        while self.httpd.connections._value < slots and time.monotonic() < end_s:
+            time.sleep(0.02)
+        saved = self.swarm.checkpoint() if self.swarm.config.checkpoint_dir else None
+        self.httpd.server_close()
+        return saved

@@ -5,6 +5,9 @@ Introduced in lecture 9, §7.11. Imported by 06_swarm_http.py before torch is lo
 nothing here imports torch at module level (the payload check imports it when called).
 
     order  check (function here)                                      refusal
+    0      the request line and each header line parse strictly
+           (read_head; RFC 9112 §3 and §5.1: token ":" OWS value OWS,
+           no obs-fold, no control bytes, at most MAX_HEADER_LINES)   400 / 414 / 431 / 501 / 505
     1      framing: one Content-Length, no Transfer-Encoding, no bare
            CR in a header line, no repeated single-valued header
            (check_framing; RFC 9112 §6.3 and §2.2)                     400 ambiguous_request
@@ -22,7 +25,9 @@ nothing here imports torch at module level (the payload check imports it when ca
            compression.decode_payload)                                400 bad_payload
     then   the upload is clipped to a norm bound and enters the round (200)
 
-Checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
+Before check 3, a client address with too many wrong tokens lately is refused at once
+(AuthThrottle: 429 too_many_failures, with Retry-After). Check 0 runs for every request;
+checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
 before reading the body); 6 and 7 run in swarm_server.ParameterServer.submit.
 
 Every refusal carries a machine-readable `code` (REFUSALS below); a worker decides what
@@ -53,18 +58,32 @@ class ServerConfig:
     max_staleness: int = 4           # async: accept uploads at most this many versions old
     max_body_bytes: int | None = None  # None: derived from the model (max_body_bytes_for)
     long_poll_s: float = 20.0        # longest a GET /weights?after=V waits for a new version
-    max_long_polls: int = 16         # concurrent waiting long polls; beyond, they answer at once
+    max_long_polls: int | None = None  # concurrent waiting long polls; beyond, 503 + Retry-After.
+                                     # None: world_size + 16 (every worker, and 16 observers)
     request_deadline_s: float = 20.0 # a whole request (headers and body) must arrive within this
-    max_connections: int = 64        # open connections served at once; beyond, 503 at once
+    max_connections: int | None = None  # open connections served at once; beyond, 503 at once.
+                                     # None: max(64, 2 * long-poll slots), so waiting polls never fill it
+    auth_failures: int = 10          # wrong tokens one client address may send per auth_window_s;
+    auth_window_s: float = 10.0      # beyond, 429 until the oldest failure is auth_window_s old
     listen_backlog: int = 128        # the kernel's queue of connections not yet accepted
     model_seed: int = 0              # tiny_gpt.make_model's seed: the starting weights
     token: str | None = None         # shared secret for POST /gradients; None: no check
+    checkpoint_dir: str | None = None  # where checkpoints go (swarm_checkpoint.py); None: nowhere
+    checkpoint_every: int = 0        # a checkpoint after every this many versions; 0: only on stop
 
     @property
     def total_updates(self):
         """Optimizer steps in one training run: async takes one per upload, so it needs
         world_size of them to see the data one synchronous round sees."""
         return self.steps * (self.world_size if self.update == "async" else 1)
+
+    @property
+    def long_poll_slots(self):
+        return self.world_size + 16 if self.max_long_polls is None else self.max_long_polls
+
+    @property
+    def connection_slots(self):
+        return max(64, 2 * self.long_poll_slots) if self.max_connections is None else self.max_connections
 
     @property
     def upload_clip_norm(self):
@@ -83,6 +102,8 @@ class WorkerConfig:
     data_seed: int = 1               # with worker_id, seeds this worker's batch generator
     token: str | None = None
     timeout_s: float = 60.0          # HTTP timeout; a long poll waits at most long_poll_s
+    retry_budget_s: float = 60.0     # one request retries a transient failure (503, 429, 408, no
+                                     # connection) for at most this long, then the worker stops
 
 
 # The largest valid upload is top-k at ratio 1: every entry as an int64 index and an fp32
@@ -101,7 +122,7 @@ def max_body_bytes_for(n_params):
 # Refusals: one machine-readable code each, and what a worker does on receiving it
 # ---------------------------------------------------------------------------
 
-REPULL, WAIT, STOP = "re-pull", "wait", "stop"
+REPULL, WAIT, STOP, RETRY = "re-pull", "wait", "stop", "retry"
 
 REFUSALS = {   # code: (HTTP status, the worker's next move)
     "ambiguous_request": (400, STOP),
@@ -117,9 +138,19 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "repeat_in_round": (409, WAIT),    # this worker is in the round already: wait for the step
     "training_done": (409, REPULL),    # the pull then reports done and the worker stops
     "bad_payload": (400, STOP),
-    "busy": (503, STOP),
+    "busy": (503, RETRY),              # transient: the same request again, after Retry-After
+    "too_many_failures": (429, RETRY),
     "not_found": (404, STOP),
+    # check 0: a request line or header block that does not parse (RFC 9112)
+    "bad_request_line": (400, STOP),
+    "malformed_header": (400, STOP),
+    "uri_too_long": (414, STOP),
+    "headers_too_large": (431, STOP),
+    "unsupported_method": (501, STOP),
+    "unsupported_version": (505, STOP),
+    "expectation_failed": (417, STOP),
 }
+TRANSIENT_STATUSES = (408, 429, 503)   # a worker retries these (and a failed connection)
 # To add a check: a function below (called from check_upload_request, check_version or
 # check_payload), a code here if none fits, and a row in swarm_bad_uploads.BAD_UPLOADS.
 
@@ -127,11 +158,12 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
 class Rejection(Exception):
     """A request the server refuses: a code from REFUSALS and a reason for the answer."""
 
-    def __init__(self, code, reason):
+    def __init__(self, code, reason, retry_after_s=None):
         super().__init__(reason)
         self.code = code
         self.status = REFUSALS[code][0]
         self.reason = reason
+        self.retry_after_s = retry_after_s   # sent as Retry-After (whole seconds, rounded up)
 
 
 def next_move(code):
@@ -143,6 +175,115 @@ def next_move(code):
 # The checks, in the order the server makes them
 # ---------------------------------------------------------------------------
 
+MAX_LINE_BYTES = 65_536     # longest request line or header line
+MAX_HEADER_LINES = 100
+METHODS = ("GET", "POST")
+TCHAR = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
+REQUEST_LINE = re.compile(rb"(" + TCHAR + rb"+) (\S+) (HTTP/[0-9]\.[0-9])\r\n")
+HEADER_LINE = re.compile(rb"(" + TCHAR + rb"+):[ \t]*(.*?)[ \t]*\r\n", re.DOTALL)
+CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")   # all but HTAB; obs-text (0x80-0xFF) is allowed
+
+
+@dataclass(frozen=True)
+class Head:
+    method: str
+    target: str
+    version: str
+    headers: list       # (name, value) pairs in order, as latin-1 text
+    raw_lines: list     # the header lines as bytes, as they came off the socket
+
+
+def read_head(readline):
+    """0. The request line and the header block, read with readline(limit) -> bytes.
+
+    Strict, as RFC 9112 asks of a server that must not be read two ways: every line ends
+    in CRLF; the request line is `method SP target SP HTTP/x.y`; every header line is
+    `token ":" OWS value OWS` (OWS = SP / HTAB only), so a space before the colon, a line
+    with no colon, a continuation line (obs-fold) or a control byte is refused, not skipped.
+    Returns a Head, or None when the client closed before sending anything."""
+    line = readline(MAX_LINE_BYTES + 1)
+    if not line:
+        return None
+    if len(line) > MAX_LINE_BYTES:
+        raise Rejection("uri_too_long", f"request line longer than {MAX_LINE_BYTES} bytes")
+    match = REQUEST_LINE.fullmatch(line)
+    if not match:
+        raise Rejection("bad_request_line", "request line must be 'METHOD /path HTTP/1.1' ending in CRLF")
+    method, target, version = (part.decode("latin-1") for part in match.groups())
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        if version[5] == "1" or version[5] == "0":
+            raise Rejection("bad_request_line", f"unknown HTTP version {version}")
+        raise Rejection("unsupported_version", f"{version} is not supported: use HTTP/1.1")
+    headers, raw_lines = [], []
+    while True:
+        line = readline(MAX_LINE_BYTES + 1)
+        if line in (b"\r\n", b""):
+            if not line:
+                raise Rejection("malformed_header", "the connection closed inside the header block")
+            break
+        if len(line) > MAX_LINE_BYTES or len(raw_lines) >= MAX_HEADER_LINES:
+            raise Rejection("headers_too_large", f"at most {MAX_HEADER_LINES} header lines of "
+                                                 f"{MAX_LINE_BYTES} bytes each")
+        raw_lines.append(line)
+        if b"\r" in line[:-2]:
+            # http.client splits lines on LF only, and email's parser then also on a lone
+            # CR, so "X-Loss: 1\rX-Worker-Id: eve" would smuggle a header past a proxy.
+            raise Rejection("ambiguous_request", "a header line contains a bare CR")
+        match = HEADER_LINE.fullmatch(line)
+        if not match or CONTROL_BYTES.search(match.group(2)):
+            shown = line[:40].decode("latin-1").encode("unicode_escape").decode()
+            raise Rejection("malformed_header", f"header line {len(raw_lines)} is not 'Name: value' "
+                                                f"(RFC 9112 §5.1): {shown!r}")
+        headers.append(tuple(part.decode("latin-1") for part in match.groups()))
+    if method not in METHODS:   # methods are case-sensitive: "get" is not GET
+        raise Rejection("unsupported_method", f"method {method} is not supported: only {' and '.join(METHODS)}")
+    if not target.startswith("/"):
+        raise Rejection("bad_request_line", "the request target must be a path starting with /")
+    return Head(method, target, version, headers, raw_lines)
+
+
+class AuthThrottle:
+    """Wrong tokens per client address: at most `allowed` in any `window_s`; beyond, every
+    upload from that address is refused (429, Retry-After) without looking at its token,
+    until its oldest failure is window_s old. Bounded memory: at most max_addresses
+    addresses (the least recently failing is forgotten first), `allowed` times each.
+    All clients of a classroom swarm share 127.0.0.1, so a guesser also delays honest
+    workers there (they retry 429); it cannot guess faster than allowed / window_s."""
+
+    def __init__(self, allowed, window_s, max_addresses=1024, clock=None):
+        import collections
+        import time
+        self.allowed, self.window_s, self.max_addresses = allowed, window_s, max_addresses
+        self.clock = clock or time.monotonic
+        self.failures = collections.OrderedDict()   # address -> deque of failure times
+        self._deque = collections.deque
+
+    def _recent(self, address, now):
+        times = self.failures.get(address)
+        while times and now - times[0] >= self.window_s:
+            times.popleft()
+        return times
+
+    def check(self, address):
+        """Raise Rejection(too_many_failures) if this address is over its allowance."""
+        now = self.clock()
+        times = self._recent(address, now)
+        if times is not None and len(times) >= self.allowed:
+            wait_s = self.window_s - (now - times[0])
+            raise Rejection("too_many_failures", f"{len(times)} wrong tokens in {self.window_s:g} s from "
+                                                 f"this address: wait {wait_s:.1f} s", retry_after_s=wait_s)
+
+    def failed(self, address):
+        now = self.clock()
+        times = self._recent(address, now)
+        if times is None:
+            if len(self.failures) >= self.max_addresses:
+                self.failures.popitem(last=False)
+            times = self.failures[address] = self._deque(maxlen=self.allowed)
+        times.append(now)
+        self.failures.move_to_end(address)
+
+
 SINGLE_VALUED = ("Content-Length", "Authorization", "X-Worker-Id", "X-Compression", "X-Model-Version",
                  "X-Loss", "Host")
 WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -153,14 +294,8 @@ LENGTH_PATTERN = re.compile(r"[0-9]{1,18}")
 def check_framing(raw_header_lines, headers):
     """1. Refuse a request whose meaning a parser (or a proxy in front) could read two ways.
 
-    raw_header_lines: the header lines as bytes, as they came off the socket;
+    raw_header_lines: the header lines as bytes (read_head has refused a bare CR in them);
     headers: the parsed message (with get_all)."""
-    for line in raw_header_lines:
-        content = line[:-2] if line.endswith(b"\r\n") else line[:-1] if line.endswith(b"\n") else line
-        if b"\r" in content:
-            # http.client splits lines on LF only, and email's parser then also on a lone
-            # CR, so "X-Loss: 1\rX-Worker-Id: eve" would smuggle a header past a proxy.
-            raise Rejection("ambiguous_request", "a header line contains a bare CR")
     if headers.get("Transfer-Encoding") is not None:
         raise Rejection("ambiguous_request", "Transfer-Encoding is not accepted: send Content-Length only")
     for name in SINGLE_VALUED:
@@ -174,7 +309,9 @@ def check_length(headers, cap_bytes):
     length = headers.get("Content-Length")
     if length is None:
         raise Rejection("length_required", "Content-Length is required")
-    if not LENGTH_PATTERN.fullmatch(length.strip()):
+    # 1*DIGIT, with only SP / HTAB around it: str.strip() and int() would also accept
+    # Unicode spaces and digits ("\xa012", "12\x0b"), which another parser reads differently.
+    if not LENGTH_PATTERN.fullmatch(length.strip(" \t")):
         raise Rejection("bad_length", f"Content-Length must be a non-negative integer, got {length!r}")
     n_bytes = int(length)
     if n_bytes > cap_bytes:

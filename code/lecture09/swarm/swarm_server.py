@@ -15,6 +15,7 @@ from safetensors.torch import save as safetensors_save
 
 from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
 from lecture09.lecture_model import MODEL_CONFIG
+from lecture09.swarm import swarm_checkpoint
 from lecture09.swarm.swarm_protocol import ServerConfig, check_payload, check_version, max_body_bytes_for
 
 
@@ -72,6 +73,8 @@ class ParameterServer:
         self.changed_entries = []  # weights that changed in each step (what a delta download would send)
         self.closing = False
         self._weights_cache = (None, b"")
+        self.last_checkpoint = None  # (path, bytes, seconds) of the last one written
+        self.resumed_from = None     # (path, version) when started from a checkpoint
 
     @property
     def done(self):
@@ -205,7 +208,54 @@ class ParameterServer:
         self.last_loss = sum(loss / len(losses) for loss in losses)
         self.step_losses.append(self.last_loss)
         self.version += 1
+        every = self.config.checkpoint_every
+        if every and self.config.checkpoint_dir and (self.version % every == 0 or self.done):
+            self._checkpoint()
         self.changed.notify_all()
+
+    # --- checkpoints (swarm_checkpoint.py); the lock is held -----------------
+
+    def state(self):
+        """Everything a restarted server needs to go on exactly from here."""
+        settings = {name: getattr(self.config, name) for name in swarm_checkpoint.FIXED_SETTINGS}
+        return {"version": self.version, "settings": settings,
+                "weights": {name: p.detach().clone() for name, p in self.params.items()},
+                "optimizer": self.optimizer.state_dict(),
+                "round": {worker: {"grads": dense, "loss": loss} for worker, (dense, loss) in self.round.items()},
+                "step_losses": list(self.step_losses), "last_loss": self.last_loss, "last_skip": self.last_skip,
+                "counts": dict(self.counts), "changed_entries": list(self.changed_entries)}
+
+    def _checkpoint(self):
+        self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
+        self.counts["checkpoints"] += 1
+
+    def checkpoint(self):
+        """Write a checkpoint now (the round in progress included); (path, bytes, seconds)."""
+        with self.lock:
+            self._checkpoint()
+            return self.last_checkpoint
+
+    def restore(self, where):
+        """Go on from the checkpoint in `where` (a file, or a folder's newest): weights,
+        AdamW state, version, the round in progress, losses and counts."""
+        state, path = swarm_checkpoint.load(where)
+        swarm_checkpoint.check_settings(state, self.config)
+        with self.changed:
+            if set(state["weights"]) != set(self.params):
+                raise swarm_checkpoint.CheckpointError(f"{path.name} holds another model's parameters")
+            with torch.no_grad():
+                for name, p in self.params.items():
+                    p.copy_(state["weights"][name])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.version = state["version"]
+            self.round = {worker: (entry["grads"], entry["loss"]) for worker, entry in state["round"].items()}
+            self.step_losses, self.last_loss = list(state["step_losses"]), state["last_loss"]
+            self.last_skip, self.changed_entries = state["last_skip"], list(state["changed_entries"])
+            self.counts = Counter(state["counts"])
+            self._weights_cache = (None, b"")
+            self.resumed_from = (path, self.version)
+            if self.round:
+                self._start_deadline(self.version)
 
     def count(self, name):
         with self.lock:

@@ -8,6 +8,7 @@ Introduced in lecture 9, §7.11. After a refusal the worker reads the answer's `
 
 import http.client
 import json
+import random
 import signal
 import socket
 import subprocess
@@ -21,7 +22,10 @@ from safetensors.torch import load as safetensors_load
 from lecture01.tiny_gpt import get_batch, lm_loss, load_world_tokens, make_model
 from lecture09.compress.compression import PayloadErrorFeedback, payload_tensor_bytes, payload_to_bytes
 from lecture09.lecture_model import MODEL_CONFIG
-from lecture09.swarm.swarm_protocol import REPULL, STOP, WAIT, WorkerConfig, next_move
+from lecture09.swarm.swarm_protocol import REPULL, TRANSIENT_STATUSES, WAIT, WorkerConfig, next_move
+
+BACKOFF_FIRST_S = 0.1    # the first wait after a transient failure; doubled after each, up to
+BACKOFF_CAP_S = 5.0      # this cap, with full jitter; Retry-After from the server is a floor
 
 
 class _NoDelayConnection(http.client.HTTPConnection):
@@ -54,6 +58,42 @@ def http_call(url, body=None, headers=None, timeout_s=60.0):
             return response.status, response.headers, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read()
+
+
+class GaveUp(RuntimeError):
+    """A request kept failing transiently for longer than the worker's retry budget."""
+
+
+def retry_after_s(headers):
+    """Retry-After in seconds (we send whole seconds; an HTTP date is not understood: 0)."""
+    value = headers.get("Retry-After") if headers is not None else None
+    return float(value) if value and value.strip().isdigit() else 0.0
+
+
+def call_with_retry(call, budget_s, rng, sleep=time.sleep, clock=time.monotonic, on_retry=lambda: None):
+    """call() -> (status, headers, body), repeated while it fails transiently.
+
+    Transient: a status in TRANSIENT_STATUSES (503 busy, 429 throttled, 408 too slow) or no
+    connection at all (refused, reset, timed out: e.g. a server restarting). Between tries
+    the wait is uniform in [0, backoff] (full jitter, so workers that failed together do not
+    retry together), backoff doubling from BACKOFF_FIRST_S to BACKOFF_CAP_S, and never less
+    than the answer's Retry-After. After budget_s of failures: GaveUp. Returns the first
+    answer that is not transient; on_retry() is called before each retry."""
+    start_s, backoff_s = clock(), BACKOFF_FIRST_S
+    while True:
+        try:
+            answer = call()
+            if answer[0] not in TRANSIENT_STATUSES:
+                return answer
+            reason, floor_s = f"answered {answer[0]}", retry_after_s(answer[1])
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as error:
+            reason, floor_s = f"no connection ({getattr(error, 'reason', error)})", 0.0
+        wait_s = max(floor_s, rng.uniform(0, backoff_s))
+        if clock() + wait_s - start_s > budget_s:
+            raise GaveUp(f"{reason}; gave up after retrying for {budget_s:g} s (--retry-budget-s)")
+        on_retry()
+        sleep(wait_s)
+        backoff_s = min(2 * backoff_s, BACKOFF_CAP_S)
 
 
 def load_weights(model, body):
@@ -98,11 +138,18 @@ class Worker:
             self.headers["Authorization"] = f"Bearer {config.token}"
         self.stats = {"worker_id": config.worker_id, "compression": config.compression, "uploads": 0, "pulls": 0,
                       "accepted": 0, "body_bytes_sent": 0, "tensor_bytes_sent": 0, "entries_sent": 0,
-                      "compute_s": [], "encode_s": [], "rejected": {}, "error": None}
+                      "compute_s": [], "encode_s": [], "rejected": {}, "retries": 0, "error": None}
+        self.rng = random.Random(config.worker_id)   # the back-off's jitter only: never the data
+
+    def _call(self, url, body=None, headers=None):
+        def count():
+            self.stats["retries"] += 1
+        return call_with_retry(lambda: http_call(url, body, headers, timeout_s=self.config.timeout_s),
+                               self.config.retry_budget_s, self.rng, on_retry=count)
 
     def pull(self, after=-1):
         """GET /weights?after=...; load them; return (version, done)."""
-        status, headers, body = http_call(f"{self.url}/weights?after={after}", timeout_s=self.config.timeout_s)
+        status, headers, body = self._call(f"{self.url}/weights?after={after}")
         if status != 200:
             raise RuntimeError(f"GET /weights answered {status}")
         self.stats["pulls"] += 1
@@ -129,10 +176,10 @@ class Worker:
         stats["encode_s"].append(time.process_time() - start_s)
         # 9 significant digits give an fp32 loss back exactly, in a fixed width (15 characters).
         headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": f"{loss.item():.8e}"})
-        try:
-            status, _, answer = http_call(f"{self.url}/gradients", body, headers, timeout_s=self.config.timeout_s)
-        except (urllib.error.URLError, ConnectionError):
-            self.feedback.rollback()   # the connection broke under us: nothing was kept
+        try:   # the same bytes again after a transient failure: the batch stream is not disturbed
+            status, _, answer = self._call(f"{self.url}/gradients", body, headers)
+        except GaveUp:
+            self.feedback.rollback()   # nothing reached the server
             raise
         stats["uploads"] += 1
         stats["body_bytes_sent"] += len(body)
@@ -169,8 +216,7 @@ class Worker:
                 after = version
             elif move == REPULL:
                 after = -1
-            else:
-                assert move == STOP
+            else:   # STOP (RETRY cannot come here: _call has retried transient answers)
                 self.stats["error"] = f"POST /gradients answered {status}: {reply.get('error', '')}"
                 break
         return self.stats
