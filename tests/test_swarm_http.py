@@ -236,7 +236,7 @@ def train_tokens():
 
 def test_weights_endpoint_round_trips(server, train_tokens):
     worker = Worker(server.url, WorkerConfig(token=TOKEN), train_tokens)
-    version, done = worker.pull()
+    version, done, _ = worker.pull()
     assert (version, done) == (0, False)
     for name, p in worker.model.named_parameters():
         assert torch.equal(p, server.swarm.params[name])
@@ -267,7 +267,7 @@ def test_two_workers_loss_falls(train_tokens):
 
 def test_rejected_upload_restores_residual(server, train_tokens):
     worker = Worker(server.url, WorkerConfig(worker_id=7, token=TOKEN), train_tokens)
-    version, _ = worker.pull()
+    version, _, _ = worker.pull()
     code, _ = worker.upload(version)
     assert code == 200
     kept = {name: r.clone() for name, r in worker.feedback.residuals.items()}
@@ -277,7 +277,7 @@ def test_rejected_upload_restores_residual(server, train_tokens):
     assert code == 409 and answer["code"] == "stale_version"
     for name, residual in worker.feedback.residuals.items():
         assert torch.equal(residual, kept[name])
-    version, _ = worker.pull()                          # re-pull, then the upload is accepted
+    version, _, _ = worker.pull()                          # re-pull, then the upload is accepted
     assert worker.upload(version)[0] == 200
 
 

@@ -63,6 +63,7 @@ import os
 import re
 import secrets
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -113,10 +114,15 @@ def run_default(args):
     from lecture09.lecture_model import MODEL_CONFIG
     from lecture09.swarm.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
 
+    from lecture09.swarm.swarm_membership import churn_plan, print_churn, print_no_churn, run_churn
+
     torch.set_num_threads(1)
-    # First: the workers' start-up (torch, the data) overlaps ours.
-    pool = start_worker_pool([sys.executable, str(Path(__file__).resolve()), "--worker-pool"], args.workers)
-    finished = False
+    plan = churn_plan(args.steps, args.workers) if args.update == "sync" else None
+    # First: the workers' start-up (torch, the data) overlaps ours. One spare process joins in (3).
+    pool = start_worker_pool([sys.executable, str(Path(__file__).resolve()), "--worker-pool"],
+                             args.workers + (plan is not None))
+    workers = pool[:args.workers]
+    finished, churn = False, None
     try:
         _, val_tokens = load_world_tokens()
         model = make_model(MODEL_CONFIG, seed=args.seed)
@@ -134,9 +140,15 @@ def run_default(args):
             worker_config = replace(WORKER, compression=mode, topk_ratio=args.topk_ratio, batch_size=args.batch_size,
                                     data_seed=args.data_seed, token=server_config.token,
                                     retry_budget_s=args.retry_budget_s)
-            result = run_swarm(pool, server_config, worker_config, val_tokens)
+            result = run_swarm(workers, server_config, worker_config, val_tokens)
             print(f"  {mode}: {result.steps} 步 steps, {result.wall_s:.1f} s", file=sys.stderr, flush=True)
             results.append(result)
+        if plan is not None:   # last: it kills one of the pool's processes
+            churn_mode = "topk" if "topk" in args.modes else args.modes[0]
+            start_s = time.perf_counter()
+            churn = run_churn(workers, pool[-1], server_config, replace(worker_config, compression=churn_mode),
+                              val_tokens, plan)
+            print(f"  churn ({churn_mode}): {time.perf_counter() - start_s:.1f} s", file=sys.stderr, flush=True)
         finished = True
     finally:
         stop_worker_pool(pool, at_once=not finished)
@@ -148,6 +160,11 @@ def run_default(args):
     print_wire_table(results, link)
     print("\n(2) 服务器检查什么 what the server checks：每种坏上传发一次，之后看它是否健康")
     print_server_checks(*demo_server_checks())
+    if churn is not None:
+        print_churn(churn, results[args.modes.index(churn_mode)], churn_mode)
+    else:
+        print_no_churn("--update async 没有轮次 no rounds" if args.update == "async" else
+                       "要 needs --workers >= 2, --steps >= 3")
 
     print("\n观察 Observations:")
     notes = (traffic_observations(results, n_params, n_tensors, args.topk_ratio)

@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from http.client import HTTPMessage
 
-from lecture09.swarm.swarm_protocol import (HOST, REFUSALS, AuthThrottle, Rejection, ServerConfig, check_framing,
-                                            check_upload_request, read_head)
+from lecture09.swarm.swarm_protocol import (HOST, REFUSALS, WORKER_ID_PATTERN, AuthThrottle, Rejection,
+                                            ServerConfig, check_framing, check_upload_request, read_head)
 from lecture09.swarm.swarm_server import ParameterServer
 
 WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this
@@ -230,13 +230,17 @@ class SwarmHandler(BaseHTTPRequestHandler):
             # to a client that asked to wait, and it would ask again at once (a spin).
             return self._refuse(Rejection("busy", f"all {swarm.config.long_poll_slots} long-poll slots are "
                                                   "taken; try again", retry_after_s=BUSY_RETRY_AFTER_S))
+        worker = self.headers.get("X-Worker-Id")
+        worker = worker if worker and WORKER_ID_PATTERN.fullmatch(worker) else None
         try:
-            body, version, done = swarm.weights_body(after, self._client_gone)
+            body, version, done, in_round = swarm.weights_body(after, self._client_gone, worker)
         finally:
             if after is not None:
                 self.server.long_polls.release()
-        self._reply(200, body, "application/octet-stream",
-                    {"X-Model-Version": str(version), "X-Training-Done": "1" if done else "0"})
+        headers = {"X-Model-Version": str(version), "X-Training-Done": "1" if done else "0"}
+        if worker is not None:   # whether this worker's upload is in the current round
+            headers["X-In-Round"] = "1" if in_round else "0"
+        self._reply(200, body, "application/octet-stream", headers)
 
     def do_POST(self):
         swarm = self.server.swarm

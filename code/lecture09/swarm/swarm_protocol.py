@@ -54,7 +54,8 @@ class ServerConfig:
                                      # steps * world_size one-upload steps (the same batches seen)
     peak_lr: float = 3e-3            # lecture 1's AdamW recipe (tiny_gpt.TrainConfig)
     clip_norm: float = 1.0           # global clipping after averaging, as in lecture 1
-    round_deadline_s: float = 30.0   # a round that waits this long steps with what arrived
+    round_deadline_s: float = 30.0   # a round that waits this long steps with what arrived,
+    min_workers: int = 1             # if at least this many uploads did (else it waits again)
     max_staleness: int = 4           # async: accept uploads at most this many versions old
     max_body_bytes: int | None = None  # None: derived from the model (max_body_bytes_for)
     long_poll_s: float = 20.0        # longest a GET /weights?after=V waits for a new version

@@ -8,7 +8,7 @@ Introduced in lecture 9, §7.11. The checks it runs are the ones swarm_protocol.
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 
 import torch
 from safetensors.torch import save as safetensors_save
@@ -16,7 +16,8 @@ from safetensors.torch import save as safetensors_save
 from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm import swarm_checkpoint
-from lecture09.swarm.swarm_protocol import ServerConfig, check_payload, check_version, max_body_bytes_for
+from lecture09.swarm.swarm_protocol import (Rejection, ServerConfig, check_payload, check_version,
+                                            max_body_bytes_for)
 
 
 def l2_norm(tensors):
@@ -35,6 +36,11 @@ def clipped(dense, max_norm):
     return {name: (t.double() * factor).float() for name, t in dense.items()}, norm
 
 
+ROUND_HISTORY = 10        # rounds /status lists under "membership"
+TIMELINE_LIMIT = 10_000   # rounds kept in .timeline (the demo's membership table)
+SEEN_LIMIT = 4096         # worker ids remembered for the quorum; older ones are forgotten
+
+
 class ParameterServer:
     """Holds the model, the optimizer and the round buffer; decides every upload's fate.
 
@@ -47,7 +53,15 @@ class ParameterServer:
     computed age = version_now - version steps ago (0 <= age <= max_staleness) is applied
     at once with the learning rate scaled by 1 / (1 + age). An upload is decoded and
     checked completely before it touches the round buffer, so a rejected upload changes
-    nothing. Every upload is clipped to config.upload_clip_norm before it is averaged,
+    nothing.
+
+    Membership (sync): the round's quorum adapts to who is there. A worker is *expected* in
+    round v if it uploaded, or tried with a stale version, while the server was at v - 1 or
+    v. A round steps as soon as it holds world_size uploads, or (from version 1 on) every
+    expected worker's, at least min_workers; when round_deadline_s passes, it steps with
+    what it has if that is at least min_workers, else waits another deadline. So a worker
+    that crashed costs one deadline and is then no longer waited for; a late or new worker
+    is expected from the round after its first try. Every upload is clipped to config.upload_clip_norm before it is averaged,
     and a step that would make a weight non-finite is not taken: the weights stay those
     of the last good version, and /status says so.
     """
@@ -74,6 +88,10 @@ class ParameterServer:
         self.closing = False
         self._weights_cache = (None, b"")
         self.last_checkpoint = None  # (path, bytes, seconds) of the last one written
+        self.seen = {}             # worker id -> the server's version at its last upload or stale try
+        self.recent_rounds = deque(maxlen=ROUND_HISTORY)
+        self.timeline = []         # (version, workers, how): every round's step, for the demo
+        self.round_started_s = None
         self.resumed_from = None     # (path, version) when started from a checkpoint
 
     @property
@@ -82,22 +100,30 @@ class ParameterServer:
 
     # --- reading ---------------------------------------------------------
 
-    def weights_body(self, after=None, client_gone=lambda: False):
-        """(safetensors bytes, version, done); with `after`, wait (at most long_poll_s)
-        for a newer version first, checking every half second whether the client left."""
+    def lost_upload(self, worker, after):
+        """Whether `worker`, waiting for the step after `after`, has nothing in the round
+        (the lock held): its upload was lost, e.g. in a restart, and it must upload again."""
+        return (worker is not None and self.config.update == "sync" and after == self.version
+                and worker not in self.round)
+
+    def weights_body(self, after=None, client_gone=lambda: False, worker=None):
+        """(safetensors bytes, version, done, in_round); with `after`, wait (at most
+        long_poll_s) for a newer version first, checking every half second whether the
+        client left. A worker whose upload for `after` is not in the round is answered at
+        once (in_round False): waiting would never end."""
         with self.changed:
             if after is not None:
                 end_s = time.monotonic() + self.config.long_poll_s
-                while not (self.version > after or self.done or self.closing):
+                while not (self.version > after or self.done or self.closing or self.lost_upload(worker, after)):
                     left_s = end_s - time.monotonic()
                     if left_s <= 0 or client_gone():
                         break
                     self.changed.wait(min(0.5, left_s))
-            version, done = self.version, self.done
+            version, done, in_round = self.version, self.done, worker in self.round
             if self._weights_cache[0] != version:
                 tensors = {name: p.detach().clone() for name, p in self.params.items()}
                 self._weights_cache = (version, safetensors_save(tensors))
-            return self._weights_cache[1], version, done
+            return self._weights_cache[1], version, done, in_round
 
     def status(self):
         """The /status answer; every number in it is finite (JSON has no inf or NaN)."""
@@ -116,14 +142,38 @@ class ParameterServer:
                 "last_skipped_step": self.last_skip,
                 "done": self.done,
                 "counts": dict(self.counts),
+                "membership": self._membership(),
             }
+
+    def expected(self):
+        """Workers expected in the current round (None at version 0: nobody known yet)."""
+        if self.version == 0:
+            return None
+        return {worker for worker, seen in self.seen.items() if seen >= self.version - 1}
+
+    def _membership(self):
+        expected = self.expected() or set()
+        return {"min_workers": self.config.min_workers, "expected": sorted(expected),
+                "in_round": sorted(self.round), "late": sorted(expected - set(self.round)),
+                "last_rounds": list(self.recent_rounds)}
+
+    def _saw(self, worker):
+        self.seen[worker] = self.version
+        if len(self.seen) > SEEN_LIMIT:   # forget the longest-unseen worker ids
+            for old in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_LIMIT]:
+                del self.seen[old]
 
     # --- writing ---------------------------------------------------------
 
     def submit(self, upload, body):
         """Decide one upload; returns the 200 answer or raises Rejection (nothing changed)."""
         with self.lock:
-            self._admit(upload)
+            try:
+                self._admit(upload)
+            except Rejection as rejection:
+                if rejection.code == "stale_version":
+                    self._saw(upload.worker_id)   # alive, and late: expected from now on
+                raise
         # Decoding is the slow part; it runs outside the lock, on a private copy.
         dense = check_payload(body, self.shapes, upload.compression)
         dense, norm = clipped(dense, self.config.upload_clip_norm)
@@ -137,11 +187,21 @@ class ParameterServer:
                 self._step([dense], [upload.loss], lr_factor=1.0 / (1 + age))
                 return {"accepted": True, "applied": True, "version": self.version}
             self.round[upload.worker_id] = (dense, upload.loss)
+            self._saw(upload.worker_id)
             if len(self.round) == 1:
+                self.round_started_s = time.monotonic()
                 self._start_deadline(self.version)
-            applied = len(self.round) >= self.config.world_size
+            expected = self.expected()
+            if len(self.round) >= self.config.world_size:
+                how = "all"
+            elif (expected is not None and expected <= set(self.round)
+                  and len(self.round) >= self.config.min_workers):
+                how = "expected"
+            else:
+                how = None
+            applied = how is not None
             if applied:
-                self._step_round()
+                self._step_round(how)
             return {"accepted": True, "applied": applied, "version": self.version}
 
     def _admit(self, upload):
@@ -156,11 +216,22 @@ class ParameterServer:
     def _deadline(self, version):
         with self.changed:
             if self.version == version and self.round and not self.closing:
-                self.counts["deadline_steps"] += 1
-                self._step_round()
+                if len(self.round) >= self.config.min_workers:
+                    self.counts["deadline_steps"] += 1
+                    self._step_round("deadline")
+                else:
+                    self.counts["deadline_waits"] += 1   # too few: wait another deadline
+                    self._start_deadline(version)
 
-    def _step_round(self):
-        ordered = [self.round[w] for w in sorted(self.round)]   # worker-id order, not arrival order
+    def _step_round(self, how):
+        workers = sorted(self.round)
+        waited_s = time.monotonic() - self.round_started_s if self.round_started_s is not None else 0.0
+        entry = {"version": self.version, "workers": workers, "by": how, "waited_s": round(waited_s, 3),
+                 "late": sorted((self.expected() or set()) - set(workers))}
+        self.recent_rounds.append(entry)
+        if len(self.timeline) < TIMELINE_LIMIT:
+            self.timeline.append(entry)
+        ordered = [self.round[w] for w in workers]   # worker-id order, not arrival order
         self.round = {}
         if self.round_timer is not None:
             self.round_timer.cancel()
@@ -223,7 +294,8 @@ class ParameterServer:
                 "optimizer": self.optimizer.state_dict(),
                 "round": {worker: {"grads": dense, "loss": loss} for worker, (dense, loss) in self.round.items()},
                 "step_losses": list(self.step_losses), "last_loss": self.last_loss, "last_skip": self.last_skip,
-                "counts": dict(self.counts), "changed_entries": list(self.changed_entries)}
+                "counts": dict(self.counts), "changed_entries": list(self.changed_entries),
+                "seen": dict(self.seen)}
 
     def _checkpoint(self):
         self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
@@ -252,9 +324,11 @@ class ParameterServer:
             self.step_losses, self.last_loss = list(state["step_losses"]), state["last_loss"]
             self.last_skip, self.changed_entries = state["last_skip"], list(state["changed_entries"])
             self.counts = Counter(state["counts"])
+            self.seen = dict(state["seen"])
             self._weights_cache = (None, b"")
             self.resumed_from = (path, self.version)
             if self.round:
+                self.round_started_s = time.monotonic()
                 self._start_deadline(self.version)
 
     def count(self, name):

@@ -148,15 +148,17 @@ class Worker:
                                self.config.retry_budget_s, self.rng, on_retry=count)
 
     def pull(self, after=-1):
-        """GET /weights?after=...; load them; return (version, done)."""
-        status, headers, body = self._call(f"{self.url}/weights?after={after}")
+        """GET /weights?after=...; load them; return (version, done, lost): lost = the
+        server is still at `after` and has no upload of ours in its round (it restarted)."""
+        status, headers, body = self._call(f"{self.url}/weights?after={after}",
+                                           headers={"X-Worker-Id": self.headers["X-Worker-Id"]})
         if status != 200:
             raise RuntimeError(f"GET /weights answered {status}")
         self.stats["pulls"] += 1
         version, done = int(headers["X-Model-Version"]), headers.get("X-Training-Done") == "1"
         if not done and version > after:
             load_weights(self.model, body)
-        return version, done
+        return version, done, version == after and headers.get("X-In-Round") == "0"
 
     def upload(self, version):
         """Gradient on one batch at the loaded weights (= `version`), compressed, POSTed.
@@ -205,11 +207,12 @@ class Worker:
         (anything else: resending the same thing cannot help)."""
         after = -1
         while max_uploads is None or self.stats["uploads"] < max_uploads:
-            version, done = self.pull(after)
+            version, done, lost = self.pull(after)
             if done:
                 break
-            if version <= after:
+            if version <= after and not lost:
                 continue   # the long poll timed out with nothing new: ask again
+            # new weights; or the same ones, whose round lost our upload: compute again
             status, reply = self.upload(version)
             move = WAIT if status == 200 else next_move(reply.get("code"))
             if move == WAIT:

@@ -1,0 +1,125 @@
+"""Code 6's table (3): peers that come and go (lecture 9, §7.11, "失败是常态 failures are
+the normal case"). One synchronous swarm starts with the default run's workers; at one
+version a worker process is killed with SIGKILL (a crash: no goodbye), at a later one a
+new worker joins; training goes on to the end. Printed: the membership timeline the
+server recorded (one line per run of identical rounds) and the bits per char against the
+undisturbed run of table (1) with the same compression, seeds and data.
+
+torch is imported inside the functions, as in swarm_report.py.
+"""
+
+import json
+from dataclasses import asdict, dataclass, replace
+
+from lecture01.console import format_table, print_wrapped
+
+DEMO_DEADLINE_S = 2.0   # the demo's round deadline: honest steps here take ~0.1 s, a crash costs this once
+
+
+@dataclass(frozen=True)
+class ChurnPlan:
+    kill_at: int        # the version at which the last worker is killed
+    join_at: int        # the version at which a new worker (the next id) starts
+
+
+def churn_plan(steps, workers):
+    """Kill at 1/12 of the run, join at 1/6 (5 and 10 of the default 60 steps); None when
+    the run is too short for both, or when killing one would leave no worker."""
+    if workers < 2 or steps < 3:
+        return None
+    kill_at = max(1, round(steps / 12))
+    return ChurnPlan(kill_at, max(kill_at + 1, round(steps / 6)))
+
+
+@dataclass(frozen=True)
+class ChurnResult:
+    plan: ChurnPlan
+    timeline: list      # the server's rounds: {version, workers, by, waited_s, late}
+    val_bpc: float
+    uploads_averaged: int
+    workers: int
+
+
+def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
+    """Train once with len(pool) workers; kill pool[-1] at plan.kill_at, start `spare` as a
+    new worker at plan.join_at. Returns a ChurnResult (the killed process is gone after)."""
+    from lecture01.tiny_gpt import bits_per_char
+    from lecture09.swarm.swarm_http import RunningServer
+    from lecture09.swarm.swarm_worker import read_result
+
+    config = replace(server_config, round_deadline_s=DEMO_DEADLINE_S)
+    server = RunningServer(config)
+    swarm = server.swarm
+
+    def send(process, worker_id):
+        job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id))}
+        process.stdin.write(json.dumps(job) + "\n")
+        process.stdin.flush()
+
+    def wait_for(version):
+        with swarm.changed:
+            swarm.changed.wait_for(lambda: swarm.version >= version or swarm.done)
+
+    try:
+        for worker_id, process in enumerate(pool):
+            send(process, worker_id)
+        wait_for(plan.kill_at)
+        pool[-1].kill()
+        pool[-1].wait()
+        wait_for(plan.join_at)
+        send(spare, len(pool))
+        stats = [read_result(process) for process in pool[:-1] + [spare]]
+        errors = [s["error"] for s in stats if s["error"]]
+        if errors:
+            raise RuntimeError(f"worker failed: {errors[0]}")
+        with swarm.lock:
+            timeline = list(swarm.timeline)
+            bpc = bits_per_char(swarm.model, val_tokens)
+    finally:
+        server.close()
+    return ChurnResult(plan, timeline, bpc, sum(len(r["workers"]) for r in timeline), len(pool))
+
+
+HOW = {"all": "到齐 all", "expected": "预期的都到 expected", "deadline": "截止 deadline"}
+
+
+def timeline_rows(timeline):
+    """Consecutive rounds with the same workers, way of stepping and missing workers: one row."""
+    rows = []
+    for entry in timeline:
+        key = (entry["workers"], entry["by"], entry["late"])
+        if rows and rows[-1][0] == key:
+            rows[-1][2] = entry["version"]
+            rows[-1][3].append(entry["waited_s"])
+        else:
+            rows.append([key, entry["version"], entry["version"], [entry["waited_s"]]])
+    out = []
+    for (workers, by, late), first, last, waits in rows:
+        versions = str(first) if first == last else f"{first}-{last}"
+        out.append([versions, ",".join(workers), str(len(workers)), HOW[by], f"{max(waits):.1f}",
+                    ",".join(late) or "-"])
+    return out
+
+
+def print_churn(result, undisturbed, mode):
+    """Table (3) and its summary line; undisturbed: table (1)'s SwarmResult for `mode`."""
+    plan, n = result.plan, result.workers
+    print("\n(3) 成员进出 peers that come and go [实测 measured]")
+    print_wrapped(f"    {n} 个工作者开始；版本 {plan.kill_at} 时工作者 {n - 1} 被 SIGKILL 杀掉（像崩溃，不告而别），"
+                  f"版本 {plan.join_at} 时新工作者 {n} 加入；sync，{mode}，轮次截止时间 round deadline "
+                  f"{DEMO_DEADLINE_S:g} s。服务器记下的每一轮（相同的连续几轮合成一行）：")
+    top = ["版本", "上传的工作者", "份数", "这一轮怎么走的", "最长等待 s", "缺席"]
+    bottom = ["versions", "workers in", "n", "how it stepped", "max wait s", "late"]
+    lines = format_table(top, [bottom] + timeline_rows(result.timeline), [">", "<", ">", "<", ">", "<"])
+    for line in [lines[0], lines[2], lines[1]] + lines[3:]:
+        print(line)
+    deadline_rounds = sum(1 for r in result.timeline if r["by"] == "deadline")
+    full = undisturbed.workers * undisturbed.steps
+    print_wrapped(f"    有进出 with churn：验证 bpc {result.val_bpc:.4f}，{result.uploads_averaged} 份上传进了平均；"
+                  f"不受干扰 undisturbed（表 (1) 的 {mode} 行，同样的种子和数据）：{undisturbed.val_bpc:.4f}，"
+                  f"{full} 份；差 Δ {result.val_bpc - undisturbed.val_bpc:+.4f}。"
+                  f"{deadline_rounds} 轮等到了截止时间。")
+
+
+def print_no_churn(reason):
+    print(f"\n(3) 成员进出 peers that come and go：不演示 not shown（{reason}）")
