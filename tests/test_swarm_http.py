@@ -296,6 +296,15 @@ def test_bad_flags_exit_2(argv):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("argv", [["--min-workers", "5"], ["--serve", "--workers", "2", "--min-workers", "3"],
+                                  ["--min-workers", "0"], ["--worker", "http://127.0.0.1:1", "--resume", "x"],
+                                  ["--checkpoint-every", "5"], ["--retry-budget-s", "-1"]])
+def test_bad_membership_and_durability_flags_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        swarm_http.parse_args(argv)
+    assert exit_info.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
 def test_default_run_smoke(capsys):
     results = swarm_http.main(["--steps", "3", "--workers", "2", "--modes", "none,topk"])
     assert results == 0

@@ -104,7 +104,8 @@ DEFAULT_MODES = "all"                # every mode of compression.WIRE_MODES: non
 
 def server_config_from(args, token):
     return replace(SERVER, world_size=args.workers, update=args.update, steps=args.steps,
-                   round_deadline_s=args.round_deadline_s, max_staleness=args.max_staleness,
+                   round_deadline_s=args.round_deadline_s, min_workers=args.min_workers,
+                   max_staleness=args.max_staleness,
                    max_body_bytes=args.max_body_bytes, model_seed=args.seed, token=token)
 
 
@@ -273,10 +274,11 @@ def mode_list(text):
 
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
-    "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
-                "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio", "batch_size", "seed", "data_seed", "retry_budget_s"},
-    "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "max_staleness", "max_body_bytes",
-              "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume"},
+    "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
+                "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
+                "batch_size", "seed", "data_seed", "retry_budget_s"},
+    "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
+              "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
                "retry_budget_s"},
     "worker_pool": {"worker_pool"},
@@ -314,6 +316,9 @@ def build_parser():
                              "(default %(default)s)")
     parser.add_argument("--round-deadline-s", type=positive_float, default=server_defaults.round_deadline_s,
                         help="sync：一轮等这么多秒还没收齐，就用已到的走一步 round deadline (default %(default)s)")
+    parser.add_argument("--min-workers", type=positive_int, default=server_defaults.min_workers,
+                        help="sync：截止时间到了，至少有这么多份上传才走一步，不够就再等一个截止时间 "
+                             "quorum at the deadline (default %(default)s)")
     parser.add_argument("--max-staleness", type=non_negative_int, default=server_defaults.max_staleness,
                         help="async：最多接受旧几个版本的上传 largest accepted age (default %(default)s)")
     parser.add_argument("--max-body-bytes", type=positive_int, default=server_defaults.max_body_bytes,
@@ -376,6 +381,9 @@ def parse_args(argv=None):
         parser.error(f"{flags} 在{ROLE_NAMES[role]}里不起作用 (not used in this mode)")
     if args.quick:
         apply_quick(args, QUICK, given)
+    if args.min_workers > args.workers and role in ("default", "serve"):
+        parser.error(f"--min-workers {args.min_workers} 大于 --workers {args.workers}：一轮永远凑不齐 "
+                     "(a round could never reach its quorum)")
     return args
 
 
