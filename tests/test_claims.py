@@ -206,3 +206,20 @@ def test_code6_bpc_figures_in_the_notes_hold_on_this_machine(code6_output):
         assert abs(printed[mode] - value) <= 0.02, (mode, printed[mode], value)
     assert abs(printed["topk"] - printed["topk-int8"]) <= TOLERANCE_BPC   # "int8 barely changes the result"
     assert printed["none"] < printed["topk"] - 0.3                         # "compression costs bpc in 60 steps"
+
+
+def test_code6_table_3_shows_what_section_7_11_says_of_a_crash_and_a_join(code6_output):
+    """§7.11, 失败是常态: in the default run, the crashed worker 3 costs one round that waits
+    for the deadline and is not waited for after it; worker 4 trains from its join to the end;
+    fewer uploads are averaged than in the undisturbed run."""
+    rows = re.findall(r"^\s*(\d+)(?:-(\d+))?\s+([\d,]+)\s+(\d+)\s+(\S+) (\S+)\s+([\d.]+)\s+(\S+)\s*$",
+                      code6_output.split("(3) 成员进出")[1].split("观察 Observations")[0], re.M)
+    assert rows, "table (3) is missing"
+    spans = [(int(first), int(last or first), workers.split(","), how) for first, last, workers, _, _, how, _, _ in rows]
+    assert spans[0][0] == 0 and spans[-1][1] == 59
+    assert [how for *_, how in spans].count("deadline") >= 1
+    assert all("3" not in workers for first, _, workers, _ in spans if first > 5)        # killed at version 5
+    assert all("4" not in workers for first, _, workers, _ in spans if first < 10)       # joins at version 10
+    assert "4" in spans[-1][2]
+    summary = re.search(r"(\d+)份上传进了平均.*?(\d+)份；差Δ", re.sub(r"\s+", "", code6_output))
+    assert int(summary.group(1)) < int(summary.group(2)) == 240
