@@ -97,7 +97,17 @@ def test_section_4_claims(outputs):
 
 def test_section_6_claims(outputs):
     out4 = outputs["code4"]
-    assert "(32, 4, 8)  ← 最好 best" in out4
+    assert "最好 best（放得下、估计时间最短）：不重叠时 (32, 4, 8)，30.18 s；DP 藏起来时 (64, 2, 8)，28.70 s。" in unwrapped(out4)
+    # §6.3's table, row by row: every cell of each notes row is the printed row's (issue 20)
+    section = notes_section(NOTES, "### 6.3")
+    notes_rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
+                  if re.match(r"\| \(\d", line)]
+    printed = {line.split(")")[0] + ")": line.split(")", 1)[1].split() for line in out4.splitlines()
+               if re.match(r"^\(\d+, \d+, \d+\)\s+\d", line)}
+    assert len(notes_rows) == 7
+    for row in notes_rows:
+        cells = [c for cell in row[1:] for c in cell.split()]
+        assert printed[row[0]] == cells, (row, printed[row[0]])
     assert "全部 35 种可行的" in out4
     assert "(128, 1, 8) 放不下：每卡 121.0 GB" in unwrapped(out4)
     assert "表里 TP 相同的几行激活都一样" in unwrapped(out4)

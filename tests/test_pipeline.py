@@ -3,6 +3,8 @@ tensor-parallel layers on gloo against single-process references, the 3D planner
 a quick run and Ctrl-C."""
 
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
@@ -184,6 +186,30 @@ def test_best_plan_fits_and_beats_the_others():
             c = parallel_plan.plan_cost(model, cluster, plan, 1536)
             assert not c.fits or c.iteration_s >= best.iteration_s
     assert parallel_plan.best_plan(model, parallel_plan.Cluster(n_gpus=8), 1536) is None      # 175B on 8 GPUs
+
+
+@pytest.mark.parametrize("model, gpus, batch, plain, hidden", [
+    ("7B", 64, 512, ((8, 4, 2), 6.04), ((64, 1, 1), 5.51)),
+    ("175B", 1024, 1536, ((32, 4, 8), 30.18), ((64, 2, 8), 28.70)),
+    ("1.3B", 8, 64, ((8, 1, 1), 1.04), ((8, 1, 1), 1.02)),
+])
+def test_the_best_plan_under_each_overlap_assumption(model, gpus, batch, plain, hidden):
+    """Hiding DP's all-reduce changes the first place for 7B and 175B (issue 20, item 3);
+    the two rankings differ only by the DP term."""
+    cluster = replace(parallel_plan.Cluster(), n_gpus=gpus)
+    best = parallel_plan.best_plan(mm.MODELS[model], cluster, batch)
+    best_hidden = parallel_plan.best_plan(mm.MODELS[model], cluster, batch, hide_dp=True)
+    assert ((best.plan.dp, best.plan.pp, best.plan.tp), round(best.iteration_s, 2)) == plain
+    assert ((best_hidden.plan.dp, best_hidden.plan.pp, best_hidden.plan.tp),
+            round(best_hidden.iteration_hidden_dp_s, 2)) == hidden
+    assert best_hidden.iteration_s - best_hidden.iteration_hidden_dp_s == pytest.approx(best_hidden.dp_s)
+    from lecture09.parallel.pipeline_report import overlap_sentence
+    said = overlap_sentence(best, best_hidden)
+    if best.plan == best_hidden.plan:
+        assert "这个假设不改变选择" in said and "变成" not in said
+    else:
+        assert f"最好的变成 {best_hidden.plan}" in said and "是这个假设决定了选哪一个" in said
+        assert f"DP 通信 {best.dp_s:.2f} → {best_hidden.dp_s:.2f} s" in said
 
 
 def test_tp_traffic_by_hand():

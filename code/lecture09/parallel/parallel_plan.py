@@ -77,6 +77,15 @@ class PlanCost:
     def iteration_s(self):
         return self.pipeline_s + self.tp_s + self.pp_s + self.dp_s
 
+    @property
+    def iteration_hidden_dp_s(self):
+        """The other bound: DP's all-reduce wholly hidden behind the backward (as DDP's
+        bucketed all-reduce aims at), TP and PP still not overlapped."""
+        return self.pipeline_s + self.tp_s + self.pp_s
+
+    def time_s(self, hide_dp=False):
+        return self.iteration_hidden_dp_s if hide_dp else self.iteration_s
+
 
 def _ring_all_reduce_s(n_bytes, p, latency_s, bandwidth):
     """alpha_beta's ring all-reduce, the vector padded to a multiple of p (as real
@@ -144,9 +153,11 @@ def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def best_plan(model, cluster, global_batch, micro_batch=1, zero_stage=1, recompute="selective", max_tp=None):
+def best_plan(model, cluster, global_batch, micro_batch=1, zero_stage=1, recompute="selective", max_tp=None,
+              hide_dp=False):
     """The valid plan that fits in memory with the smallest estimated iteration time
-    (None if nothing fits); max_tp limits the TP size (e.g. to one machine)."""
+    (None if nothing fits); max_tp limits the TP size (e.g. to one machine); hide_dp:
+    rank by iteration_hidden_dp_s (DP's all-reduce hidden) instead of iteration_s."""
     best = None
     for plan in all_plans(cluster):
         if max_tp is not None and plan.tp > max_tp:
@@ -154,6 +165,6 @@ def best_plan(model, cluster, global_batch, micro_batch=1, zero_stage=1, recompu
         if why_invalid(model, cluster, plan, global_batch, micro_batch):
             continue
         cost = plan_cost(model, cluster, plan, global_batch, micro_batch, zero_stage, recompute)
-        if cost.fits and (best is None or cost.iteration_s < best.iteration_s):
+        if cost.fits and (best is None or cost.time_s(hide_dp) < best.time_s(hide_dp)):
             best = cost
     return best

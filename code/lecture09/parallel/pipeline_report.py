@@ -337,13 +337,16 @@ def run_demo4(setup, out=print_wrapped):
     out(f"(DP, PP, TP) = (数据并行, 流水线并行, 张量并行)，DP × PP × TP = {cluster.n_gpus}；micro-batch {setup.micro_batch}，"
         f"1F1B；ZeRO-{setup.zero_stage} 分片在数据并行组里；激活用{ {'none': '不重算', 'selective': '选择性重算', 'full': '全重算'}[setup.recompute] }"
         f"（Korthikanti et al. 2022）；显存 = 模型状态 + 阶段 0 的激活，一张卡 {cluster.gpu_memory_bytes / mm.GB:g} GB。")
-    out("时间 = 计算 ÷ (1 − 气泡) + TP + PP + DP 通信（α–β 模型，通信和计算不重叠：偏悲观）。")
+    out("时间 = 计算 ÷ (1 − 气泡) + TP + PP + DP 通信（α–β 模型，通信和计算不重叠：偏悲观）；最后一列是另一头的界："
+        "DP 的 all-reduce 完全藏在反向后面（DDP 分桶就是为此），TP、PP 仍不重叠。")
     rows, costs, invalid = [], {}, []
     plans = candidate_plans(setup)
-    best = parallel_plan.best_plan(model, cluster, setup.global_batch, setup.micro_batch, setup.zero_stage,
-                                   setup.recompute)
-    if best is not None and best.plan not in plans:
-        plans.append(best.plan)
+    best, best_hidden = (parallel_plan.best_plan(model, cluster, setup.global_batch, setup.micro_batch,
+                                                 setup.zero_stage, setup.recompute, hide_dp=hide)
+                         for hide in (False, True))
+    for extra in (best, best_hidden):
+        if extra is not None and extra.plan not in plans:
+            plans.append(extra.plan)
     for plan in plans:
         reason = parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch)
         if reason:
@@ -352,18 +355,33 @@ def run_demo4(setup, out=print_wrapped):
         c = parallel_plan.plan_cost(model, cluster, plan, setup.global_batch, setup.micro_batch, setup.zero_stage,
                                     setup.recompute)
         costs[plan] = c
-        label = str(plan) + ("  ← 最好 best" if best is not None and plan == best.plan else "")
-        rows.append((label, c.n_micro, f"{c.state_bytes / mm.GB:.1f} + {c.activation_bytes / mm.GB:.1f}",
+        rows.append((str(plan), c.n_micro, f"{c.state_bytes / mm.GB:.1f} + {c.activation_bytes / mm.GB:.1f}",
                      f"{c.bubble:.1%}", f"{c.pipeline_s:.2f}", f"{c.tp_s:.2f}", f"{c.pp_s:.2f}", f"{c.dp_s:.2f}",
-                     f"{c.iteration_s:.2f}" if c.fits else "放不下"))
+                     f"{c.iteration_s:.2f}" if c.fits else "放不下",
+                     f"{c.iteration_hidden_dp_s:.2f}" if c.fits else "放不下"))
     if rows:
-        print_table(["(DP, PP, TP)", "m", "显存 GB 状态+激活", "气泡", "计算 s", "TP s", "PP s", "DP s", "每次迭代 s"], rows)
+        print_table(["(DP, PP, TP)", "m", "显存 GB 状态+激活", "气泡", "计算 s", "TP s", "PP s", "DP s", "每次迭代 s",
+                     "DP 藏起 s"], rows)
+    if best is not None:
+        out(f"最好 best（放得下、估计时间最短）：不重叠时 {best.plan}，{best.iteration_s:.2f} s；DP 藏起来时 "
+            f"{best_hidden.plan}，{best_hidden.iteration_hidden_dp_s:.2f} s。")
     if invalid:
         out("不可行 infeasible：" + "；".join(invalid))
     n_valid = sum(1 for plan in parallel_plan.all_plans(cluster)
                   if not parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch))
     out(f"（'最好'在全部 {n_valid} 种可行的 (DP, PP, TP) 里找：放得下、估计时间最短。）")
-    return {"model": model, "cluster": cluster, "costs": costs, "best": best, "plans": plans}
+    return {"model": model, "cluster": cluster, "costs": costs, "best": best, "best_hidden": best_hidden,
+            "plans": plans}
+
+
+def overlap_sentence(b, h):
+    """Demo 4: whether the overlap assumption decides the best plan (b: not overlapped, h: DP hidden)."""
+    if b.plan == h.plan:
+        return f"DP 的 all-reduce 完全藏起来时最好的还是 {b.plan}（{h.iteration_hidden_dp_s:.2f} s）：这个假设不改变选择。"
+    return (f"DP 的 all-reduce 完全藏在反向后面时，最好的变成 {h.plan}（{h.iteration_hidden_dp_s:.2f} s；不重叠时它要 "
+            f"{h.iteration_s:.2f} s）。和 {b.plan} 比：气泡 {b.bubble:.1%} → {h.bubble:.1%}，PP 通信 {b.pp_s:.2f} → "
+            f"{h.pp_s:.2f} s，DP 通信 {b.dp_s:.2f} → {h.dp_s:.2f} s。两种排法只差 DP 这一项，所以是这个假设决定了选哪一个；"
+            "真实系统在两头之间，要实测。")
 
 
 def demo4_observations(setup, r, out=print_wrapped):
@@ -394,8 +412,7 @@ def demo4_observations(setup, r, out=print_wrapped):
         item(bubble_sentence(pipelined, setup.global_batch) + "m ≥ PP 时，1F1B 的阶段 0 存 PP 个 micro-batch、每个 L/PP 层，"
              "加起来正好 L 层：激活显存和 PP 无关" + ("（表里 TP 相同的几行激活都一样）。" if len(same) == 1 else "。"))
     if best is not None:
-        item(f"估计最快的是 {best.plan}：每卡 {best.memory_bytes / mm.GB:.1f} GB，气泡 {best.bubble:.1%}，"
-             f"每次迭代约 {best.iteration_s:.2f} 秒，其中计算 {best.pipeline_s:.2f} 秒。张量并行留在机器里、流水线和数据并行"
-             "跨机器——第 7 节把同样的账搬到慢而不均匀的网络上：那里通信比计算贵得多，放在哪张卡上就成了主要问题。")
+        item(f"不重叠时估计最快的是 {best.plan}：每卡 {best.memory_bytes / mm.GB:.1f} GB，气泡 {best.bubble:.1%}，"
+             f"每次迭代约 {best.iteration_s:.2f} 秒，其中计算 {best.pipeline_s:.2f} 秒。" + overlap_sentence(best, r["best_hidden"]))
     else:
         item("没有一种组合放得下：试试 --recompute full、更大的 --plan-gpus 或更小的 --global-batch。")
