@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from lecture01.console import format_table, print_wrapped
 
-DEMO_DEADLINE_S = 2.0   # the demo's round deadline: honest steps here take ~0.1 s, a crash costs this once
+DEMO_DEADLINE_S = 1.0   # the demo's round deadline: honest steps here take ~0.1 s, a crash costs this once
 
 
 @dataclass(frozen=True)
