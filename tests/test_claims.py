@@ -112,12 +112,13 @@ def _without_section_references(text):
 
 
 TRAINED = re.compile(r"≈[^\s|，。；、]*")     # a trained figure with its range: "≈1.55（1.54–1.56）"
+MEASURED = re.compile(r"\[实测[^\]]*\]")      # a timing measured on one machine: "[实测 measured：中位数 14.7 ms]"
 
 
 def test_exact_numbers_in_notes_section_7_come_from_the_default_runs(code5_output, code6_output):
     """Every number of §7 not marked "≈" is printed verbatim by a default run (or is a parameter)."""
     section = notes_section(LECTURE09_NOTES, "## 7").split("\n### 7.12")[0]   # §7.12-: code 7, test_claims_demo2.py
-    section = TRAINED.sub(" ", _without_section_references(section))
+    section = MEASURED.sub(" ", TRAINED.sub(" ", _without_section_references(section)))
     missing = sorted({d for d in decimals_in(section)
                       if d not in code5_output and d not in code6_output and d not in ALLOWED_CONSTANTS_09})
     assert not missing, f"numbers in the notes that no default run printed: {missing}"
@@ -223,3 +224,18 @@ def test_code6_table_3_shows_what_section_7_11_says_of_a_crash_and_a_join(code6_
     assert "4" in spans[-1][2]
     summary = re.search(r"(\d+)份上传进了平均.*?(\d+)份；差Δ", re.sub(r"\s+", "", code6_output))
     assert int(summary.group(1)) < int(summary.group(2)) == 240
+
+
+def test_code6_table_1b_in_the_notes_is_the_printed_one_row_by_row(code6_output):
+    """§7.11's table (1b) (bytes both ways, requests, the modelled step) is arithmetic on
+    counted bytes: every cell equals the default run's, on any machine."""
+    section = notes_section(LECTURE09_NOTES, "### 7.11")
+    header = "| 压缩 | 上行 up |"
+    table = section.split(header)[1].split("\n\n")[0]
+    rows = [[c.strip().removesuffix("字节").removesuffix("ms").strip() for c in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    printed = {line.split()[0]: line.split()[1:] for line in code6_output.split("(1b)")[1].split("(2)")[0].splitlines()
+               if line.split() and line.split()[0] in ("none", "topk", "topk-int8")}
+    assert [row[0] for row in rows] == ["none", "topk", "topk-int8"]
+    for row in rows:
+        assert printed[row[0]] == row[1:], (row, printed[row[0]])
