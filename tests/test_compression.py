@@ -142,6 +142,18 @@ def test_payload_keys_dtypes_and_sizes():
 
 
 @pytest.mark.parametrize("mode", c.WIRE_MODES)
+def test_payload_bytes_are_what_safetensors_torch_writes(mode):
+    """payload_to_bytes goes through numpy for speed: byte for byte torch's own save."""
+    from safetensors.torch import save
+    payload = c.encode_payload(grads(2), mode, ratio=0.1)
+    assert c.payload_to_bytes(payload) == save(payload)
+    weights = {"w": torch.randn(5, 7), "step": torch.tensor(3, dtype=torch.int64), "t": torch.randn(4, 3).t()}
+    assert c.safetensors_bytes(weights) == save({k: v.contiguous() for k, v in weights.items()})
+    half = {"w": torch.randn(5, 7).to(torch.bfloat16), "b": torch.randn(3)}   # numpy has no bf16: torch's path
+    assert c.safetensors_bytes(half) == save(half)
+
+
+@pytest.mark.parametrize("mode", c.WIRE_MODES)
 def test_round_trip_through_bytes(mode):
     g = grads(1)
     payload = c.encode_payload(g, mode, ratio=0.1)

@@ -152,16 +152,13 @@ def test_timeline_rows_merge_identical_rounds_only():
 
 
 def test_a_real_churn_run_kills_one_and_lets_one_join():
-    import sys
     from dataclasses import replace
-    from pathlib import Path
 
     from lecture01.tiny_gpt import load_world_tokens
     from lecture09.swarm.swarm_protocol import WorkerConfig
     from lecture09.swarm.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
 
-    script = Path(__file__).resolve().parent.parent / "code" / "lecture09" / "06_swarm_http.py"
-    pool = start_worker_pool([sys.executable, str(script), "--worker-pool"], 3)
+    pool = start_worker_pool(3)
     try:
         wait_until_ready(pool)
         plan = m.churn_plan(6, 2)

@@ -119,15 +119,28 @@ def test_a_step_that_would_make_weights_non_finite_is_not_taken():
         running.close()
 
 
+def state_items(state):
+    """(param index, key) -> value of an optimizer's state: comparable across steps."""
+    return [((i, k), v) for i, s in enumerate(state.values()) for k, v in s.items()]
+
+
 def test_weights_that_would_overflow_in_a_later_step_are_kept():
     """lr 3e37: the first step leaves huge but finite weights, a later one would overflow
     them; the server never serves inf."""
     running = make_server(peak_lr=3e37, steps=10)
     try:
+        swarm = running.swarm
         for _ in range(4):
+            before = {k: v.clone() if torch.is_tensor(v) else v
+                      for k, v in state_items(swarm.optimizer.state)}
+            skipped = swarm.counts["skipped_steps"]
             assert post(running, worker="a")[0] == 200
             assert post(running, worker="b")[1]["applied"]
             assert weights_finite(running)
+            if swarm.counts["skipped_steps"] > skipped and before:   # the optimizer state is put back too
+                after = dict(state_items(swarm.optimizer.state))
+                assert after.keys() == before.keys()
+                assert all(torch.equal(after[k], v) if torch.is_tensor(v) else after[k] == v for k, v in before.items())
         report = status(running)
         assert report["health"] == "ok" and report["counts"]["skipped_steps"] >= 1
     finally:

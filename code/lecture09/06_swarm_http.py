@@ -119,9 +119,9 @@ def run_default(args):
 
     torch.set_num_threads(1)
     plan = churn_plan(args.steps, args.workers) if args.update == "sync" else None
-    # First: the workers' start-up (torch, the data) overlaps ours. One spare process joins in (3).
-    pool = start_worker_pool([sys.executable, str(Path(__file__).resolve()), "--worker-pool"],
-                             args.workers + (plan is not None))
+    # First, while this process has one thread (so on Linux the pool forks: no second torch
+    # import); their start-up (the data) overlaps ours. One spare process joins in (3).
+    pool = start_worker_pool(args.workers + (plan is not None))
     workers = pool[:args.workers]
     finished, churn = False, None
     try:
@@ -281,10 +281,9 @@ ROLE_FLAGS = {
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
                "retry_budget_s"},
-    "worker_pool": {"worker_pool"},
 }
 ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)", "serve": "--serve",
-              "worker": "--worker", "worker_pool": "--worker-pool"}
+              "worker": "--worker"}
 
 
 def build_parser():
@@ -298,8 +297,6 @@ def build_parser():
                       help="只跑参数服务器，打印它的 URL (run only the parameter server)")
     role.add_argument("--worker", type=server_url, metavar="URL",
                       help="跑一个工作者，连到 URL 的服务器 (run one worker against the server at URL)")
-    role.add_argument("--worker-pool", action="store_true",
-                      help="内部用 internal (the default run's worker processes read JSON jobs from stdin)")
     parser.add_argument("--quick", action="store_true",
                         help=f"很小的设置，冒烟测试用：{QUICK_TEXT}（覆盖这两个参数）tiny settings for a smoke test")
     parser.add_argument("--workers", type=WORKER_COUNT, default=server_defaults.world_size,
@@ -373,8 +370,7 @@ def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     given = given_flags(parser, argv)
-    role = ("serve" if args.serve else "worker" if args.worker else
-            "worker_pool" if args.worker_pool else "default")
+    role = "serve" if args.serve else "worker" if args.worker else "default"
     unused = sorted(given - ROLE_FLAGS[role])
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
@@ -393,9 +389,6 @@ def main(argv=None):
         return run_serve(args)
     if args.worker:
         return run_worker_cli(args)
-    if args.worker_pool:
-        from lecture09.swarm.swarm_worker import worker_pool_loop
-        return worker_pool_loop(sys.stdin, sys.stdout)
     try:
         run_default(args)
     except RuntimeError as error:   # e.g. every upload refused because --max-body-bytes is tiny

@@ -209,13 +209,20 @@ def decode_payload(payload, shapes, mode):
         if extra:
             parts.append(f"unexpected keys: {_describe_keys(extra)}")
         raise PayloadError("; ".join(parts))
+    # One finiteness test for the whole payload (the usual case); only if it fails does
+    # each tensor's check look for the first key at fault, for the message.
+    floats = [t.reshape(-1) for t in payload.values() if t.is_floating_point()]
+    finite = not floats or bool(torch.isfinite(torch.cat(floats)).all())
     dense = {}
     for name, shape in shapes.items():
         shape = torch.Size(shape)
         parts = {suffix: payload[name + suffix] for suffix in scheme.suffixes}
-        scheme.check(name, parts, shape)
+        scheme.check(name, parts, shape, finite=finite)
         dense[name] = scheme.decode(parts, shape, WIRE_OPTIONS)
-        check_finite(f"{name} (decoded)", dense[name])   # int8 * a huge scale can overflow
+    # int8 x a huge scale can overflow: the decoded tensors are checked too, all at once
+    if not bool(torch.isfinite(torch.cat([d.reshape(-1) for d in dense.values()])).all()):
+        for name, tensor in dense.items():
+            check_finite(f"{name} (decoded)", tensor)
     return dense
 
 
@@ -224,11 +231,24 @@ def payload_tensor_bytes(payload):
     return parts_bytes(payload)
 
 
+def safetensors_bytes(tensors):
+    """{name: CPU tensor} as safetensors bytes. The same bytes as safetensors.torch.save;
+    through numpy when every dtype has a numpy twin, because torch.save's per-tensor
+    bookkeeping costs ~0.1 ms a tensor here (3.7 ms for a 34-key payload, numpy 0.3 ms).
+    bf16, which numpy lacks, goes through torch. tests/test_compression_payload.py checks
+    that both give the same bytes."""
+    import torch
+
+    if any(t.dtype == torch.bfloat16 for t in tensors.values()):
+        from safetensors.torch import save
+        return save({key: t.detach().contiguous() for key, t in tensors.items()})
+    from safetensors.numpy import save
+    return save({key: t.detach().contiguous().numpy() for key, t in tensors.items()})
+
+
 def payload_to_bytes(payload):
     """Serialise a payload with safetensors (the HTTP body)."""
-    from safetensors.torch import save  # imported here: flat vectors need only torch
-
-    return save({key: t.contiguous() for key, t in payload.items()})
+    return safetensors_bytes(payload)
 
 
 def payload_from_bytes(body):

@@ -8,7 +8,6 @@ undisturbed run of table (1) with the same compression, seeds and data.
 torch is imported inside the functions, as in swarm_report.py.
 """
 
-import json
 from dataclasses import asdict, dataclass, replace
 
 from lecture01.console import format_table, print_wrapped
@@ -45,7 +44,6 @@ def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
     new worker at plan.join_at. Returns a ChurnResult (the killed process is gone after)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
-    from lecture09.swarm.swarm_worker import read_result
 
     # After the crash one worker fewer is left: a quorum above that would wait for ever.
     config = replace(server_config, round_deadline_s=DEMO_DEADLINE_S,
@@ -55,8 +53,7 @@ def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
 
     def send(process, worker_id):
         job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id))}
-        process.stdin.write(json.dumps(job) + "\n")
-        process.stdin.flush()
+        process.send(job)
 
     def wait_for(version):
         with swarm.changed:
@@ -70,7 +67,7 @@ def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
         pool[-1].wait()
         wait_for(plan.join_at)
         send(spare, len(pool))
-        stats = [read_result(process) for process in pool[:-1] + [spare]]
+        stats = [process.result() for process in pool[:-1] + [spare]]
         errors = [s["error"] for s in stats if s["error"]]
         if errors:
             raise RuntimeError(f"worker failed: {errors[0]}")

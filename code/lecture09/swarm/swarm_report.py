@@ -6,7 +6,6 @@ torch and the modules built on it are imported inside the functions that need th
 importing this module (what the script's --help does) loads no torch.
 """
 
-import json
 import statistics
 import time
 from collections import Counter
@@ -74,16 +73,13 @@ def run_swarm(pool, server_config, worker_config, val_tokens):
     """Train once with one server and len(pool) worker processes; returns a SwarmResult."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
-    from lecture09.swarm.swarm_worker import read_result
-
     start_s = time.perf_counter()
     server = RunningServer(server_config)
     try:
         for worker_id, process in enumerate(pool):
             job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id))}
-            process.stdin.write(json.dumps(job) + "\n")
-            process.stdin.flush()
-        stats = [read_result(process) for process in pool]
+            process.send(job)
+        stats = [process.result() for process in pool]
     finally:
         server.close()
     traffic = server.traffic

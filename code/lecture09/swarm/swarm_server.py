@@ -11,9 +11,9 @@ import time
 from collections import Counter, deque
 
 import torch
-from safetensors.torch import save as safetensors_save
 
 from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
+from lecture09.compress.compression import safetensors_bytes
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm import swarm_checkpoint
 from lecture09.swarm.swarm_protocol import (Rejection, ServerConfig, check_payload, check_version,
@@ -87,6 +87,7 @@ class ParameterServer:
         self.changed_entries = []  # weights that changed in each step (what a delta download would send)
         self.closing = False
         self._weights_cache = (None, b"")
+        self._backup_buffers = None  # _backup's copies of the weights and optimizer state
         self.last_checkpoint = None  # (path, bytes, seconds) of the last one written
         self.seen = {}             # worker id -> the server's version at its last upload or stale try
         self.recent_rounds = deque(maxlen=ROUND_HISTORY)
@@ -122,7 +123,7 @@ class ParameterServer:
             version, done, in_round = self.version, self.done, worker in self.round
             if self._weights_cache[0] != version:
                 tensors = {name: p.detach().clone() for name, p in self.params.items()}
-                self._weights_cache = (version, safetensors_save(tensors))
+                self._weights_cache = (version, safetensors_bytes(tensors))
             return self._weights_cache[1], version, done, in_round
 
     def status(self):
@@ -255,23 +256,20 @@ class ParameterServer:
         lr = lr_at(self.version, self.config.total_updates, self.config.peak_lr) * lr_factor
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        before = {name: p.detach().clone() for name, p in self.params.items()}
-        state_before = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
-                        for p, s in self.optimizer.state.items()}
+        params = list(self.params.values())
+        backup = self._backup()
         try:
             self.optimizer.step()
-            good = all(bool(torch.isfinite(p).all()) for p in self.params.values())
+            after = torch.cat([p.detach().reshape(-1) for p in params])
+            good = bool(torch.isfinite(after).all())
         except RuntimeError:   # e.g. a step size beyond fp32's range ("cannot be converted ... overflow")
             good = False
         self.optimizer.zero_grad(set_to_none=True)
         if good:
-            self.changed_entries.append(sum(int((p.detach() != before[n]).sum()) for n, p in self.params.items()))
+            before = torch.cat([b.reshape(-1) for b in backup[0]])
+            self.changed_entries.append(int((after != before).sum()))
         else:
-            with torch.no_grad():
-                for name, p in self.params.items():
-                    p.copy_(before[name])
-            self.optimizer.state.clear()
-            self.optimizer.state.update(state_before)
+            self._restore(backup)
             self.counts["skipped_steps"] += 1
             self.last_skip = (f"step {self.version} would have made weights non-finite; "
                               f"kept the weights of version {self.version}")
@@ -283,6 +281,34 @@ class ParameterServer:
         if every and self.config.checkpoint_dir and (self.version % every == 0 or self.done):
             self._checkpoint()
         self.changed.notify_all()
+
+    def _backup(self):
+        """(weights, optimizer state) copied into buffers kept from step to step: one
+        _foreach_copy_ per step instead of ~70 clones. The state is empty before step 1."""
+        live = list(self.params.values()) + [t for state in self.optimizer.state.values()
+                                             for t in state.values() if torch.is_tensor(t)]
+        kept = self._backup_buffers
+        if kept is None or len(kept) != len(live) or any(k.shape != t.shape for k, t in zip(kept, live)):
+            kept = self._backup_buffers = [torch.empty_like(t.detach()) for t in live]
+        with torch.no_grad():
+            torch._foreach_copy_(kept, [t.detach() for t in live])
+        n = len(self.params)
+        had_state = {p: set(state) for p, state in self.optimizer.state.items()}
+        return kept[:n], kept[n:], had_state
+
+    def _restore(self, backup):
+        """Put back what _backup copied: the weights, and the optimizer state as it was (a
+        state the failed step created is dropped)."""
+        weights, state_tensors, had_state = backup
+        with torch.no_grad():
+            torch._foreach_copy_([p.detach() for p in self.params.values()], weights)
+            for p in list(self.optimizer.state):
+                if p not in had_state:
+                    del self.optimizer.state[p]
+            live = [t for p, keys in had_state.items() for k, t in self.optimizer.state[p].items()
+                    if k in keys and torch.is_tensor(t)]
+            if live:
+                torch._foreach_copy_(live, state_tensors)
 
     # --- checkpoints (swarm_checkpoint.py); the lock is held -----------------
 
