@@ -2,6 +2,7 @@
 crashed worker costs one deadline, a late or new worker is expected from its first try
 on, min_workers holds a round back, and a worker whose upload was lost is told so."""
 
+import sys
 import time
 
 import pytest
@@ -187,3 +188,30 @@ def test_table_3_fits_a_projector(capsys):
     out = capsys.readouterr().out
     assert max(display_width(line) for line in out.splitlines()) <= 100
     assert "差 Δ -0.1000" in out and "0 轮等到了截止时间" in out
+
+
+def test_a_pool_started_by_spawn_trains_too():
+    """macOS and Windows start the pool's workers by spawn (fresh interpreters): the same
+    job gives the same training as a forked worker's, bit for bit."""
+    from dataclasses import replace
+
+    from lecture01.tiny_gpt import load_world_tokens
+    from lecture09.swarm.swarm_protocol import WorkerConfig
+    from lecture09.swarm.swarm_report import run_swarm
+    from lecture09.swarm.swarm_worker import pool_start_method, start_worker_pool, stop_worker_pool, wait_until_ready
+
+    assert pool_start_method() in ("fork", "spawn")
+    val = load_world_tokens()[1]
+    results = {}
+    for method in ("spawn", "fork") if sys.platform.startswith("linux") else ("spawn",):
+        pool = start_worker_pool(1, method=method)
+        try:
+            wait_until_ready(pool)
+            results[method] = run_swarm(pool, ServerConfig(world_size=1, steps=3, token="t"),
+                                        replace(WorkerConfig(), token="t"), val)
+        finally:
+            stop_worker_pool(pool)
+        assert all(worker.poll() == 0 for worker in pool)   # each exited by itself, cleanly
+    assert results["spawn"].steps == 3 and torch.isfinite(torch.tensor(results["spawn"].val_bpc))
+    if "fork" in results:
+        assert results["fork"].val_bpc == results["spawn"].val_bpc

@@ -316,8 +316,9 @@ def read_result(worker):
     return worker.result()
 
 
-def start_worker_pool(n_workers):
-    """Start n_workers worker processes (pool_start_method says how).
+def start_worker_pool(n_workers, method=None):
+    """Start n_workers worker processes, by `method` ("fork" or "spawn"; None:
+    pool_start_method() chooses).
 
     Ctrl-C reaches the whole process group, but only this process should answer it. SIGINT
     is ignored while the children start (an ignored signal stays ignored across exec, and
@@ -327,7 +328,7 @@ def start_worker_pool(n_workers):
 
     sys.stdout.flush()   # a forked child would otherwise print our unflushed output again
     sys.stderr.flush()
-    context = multiprocessing.get_context(pool_start_method())
+    context = multiprocessing.get_context(method or pool_start_method())
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return [PoolWorker(context) for _ in range(n_workers)]
