@@ -157,7 +157,7 @@ def test_a_real_churn_run_kills_one_and_lets_one_join():
 
     from lecture01.tiny_gpt import load_world_tokens
     from lecture09.swarm.swarm_protocol import WorkerConfig
-    from lecture09.swarm.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
+    from lecture09.swarm.swarm_pool import start_worker_pool, stop_worker_pool, wait_until_ready
 
     pool = start_worker_pool(3)
     try:
@@ -180,7 +180,7 @@ def test_table_3_fits_a_projector(capsys):
     from lecture01.console import display_width
 
     class Undisturbed:
-        workers, steps, val_bpc = 4, 60, 3.5
+        workers, steps, val_bpc, wall_s = 4, 60, 3.5, 6.0
     timeline = [{"version": v, "workers": ["0", "1", "2", "3"], "by": "all", "late": [], "waited_s": 0.1}
                 for v in range(60)]
     m.print_churn(m.ChurnResult(m.ChurnPlan(5, 10), timeline, 3.4, 240, 4), Undisturbed(), "topk-int8")
@@ -188,17 +188,23 @@ def test_table_3_fits_a_projector(capsys):
     out = capsys.readouterr().out
     assert max(display_width(line) for line in out.splitlines()) <= 100
     assert "差 Δ -0.1000" in out and "0 轮等到了截止时间" in out
+    flat = "".join(out.split())   # the wrapped lines joined, spaces left out
+    assert "rounddeadline1.0s。服务器" in flat   # not the rule's 0.5 s: no rule is claimed
+    m.print_churn(m.ChurnResult(m.ChurnPlan(5, 10), timeline, 3.4, 240, 4, 0.5), Undisturbed(), "topk")
+    flat = "".join(capsys.readouterr().out.split())
+    assert "".join(("round deadline 0.5 s：表 (1) 那次 topk 训练每步用时 0.100 s（计时表 Timing 的用时 / 步数）的 5 倍，"
+                    "向上取到 0.1 s，至少 0.3 s。").split()) in flat
 
 
 def test_a_pool_started_by_spawn_trains_too():
     """macOS and Windows start the pool's workers by spawn (fresh interpreters): the same
-    job gives the same training as a forked worker's, bit for bit."""
+    job gives the same training as Linux's forked workers, bit for bit."""
     from dataclasses import replace
 
     from lecture01.tiny_gpt import load_world_tokens
     from lecture09.swarm.swarm_protocol import WorkerConfig
     from lecture09.swarm.swarm_report import run_swarm
-    from lecture09.swarm.swarm_worker import pool_start_method, start_worker_pool, stop_worker_pool, wait_until_ready
+    from lecture09.swarm.swarm_pool import pool_start_method, start_worker_pool, stop_worker_pool, wait_until_ready
 
     assert pool_start_method() in ("fork", "spawn")
     val = load_world_tokens()[1]
@@ -215,3 +221,29 @@ def test_a_pool_started_by_spawn_trains_too():
     assert results["spawn"].steps == 3 and torch.isfinite(torch.tensor(results["spawn"].val_bpc))
     if "fork" in results:
         assert results["fork"].val_bpc == results["spawn"].val_bpc
+
+
+def test_a_process_with_other_threads_spawns_its_pool():
+    """fork copies only the calling thread, and a lock another thread holds stays locked
+    in the child for ever: with a second thread running, the pool spawns."""
+    import threading
+
+    from lecture09.swarm.swarm_pool import pool_start_method
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert pool_start_method() == "spawn"
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("wall_s, steps, expected", [(6.0, 60, 0.5), (5.4, 60, 0.5), (5.41, 60, 0.5),
+                                                     (6.06, 60, 0.6), (1.2, 60, 0.3), (60.0, 60, 5.0)])
+def test_the_demo_deadline_is_five_measured_steps_rounded_up(wall_s, steps, expected):
+    class Measured:
+        pass
+    Measured.wall_s, Measured.steps = wall_s, steps
+    assert m.churn_deadline_s(Measured) == expected

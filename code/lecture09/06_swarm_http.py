@@ -113,14 +113,15 @@ def run_default(args):
     import torch
     from lecture01.tiny_gpt import load_world_tokens, make_model
     from lecture09.lecture_model import MODEL_CONFIG
-    from lecture09.swarm.swarm_worker import start_worker_pool, stop_worker_pool, wait_until_ready
-
-    from lecture09.swarm.swarm_membership import churn_plan, print_churn, print_no_churn, run_churn
+    from lecture09.swarm.swarm_membership import (churn_deadline_s, churn_plan, print_churn, print_no_churn,
+                                                  run_churn)
+    from lecture09.swarm.swarm_pool import start_worker_pool, stop_worker_pool, wait_until_ready
+    import lecture09.swarm.swarm_worker  # noqa: F401  (imported before the pool forks: the workers have it)
 
     torch.set_num_threads(1)
     plan = churn_plan(args.steps, args.workers) if args.update == "sync" else None
-    # First, while this process has one thread (so on Linux the pool forks: no second torch
-    # import); their start-up (the data) overlaps ours. One spare process joins in (3).
+    # First, while this process has one thread: on Linux the pool forks (swarm_pool.py), and
+    # the workers' start-up (the data) overlaps ours. One spare process joins in table (3).
     pool = start_worker_pool(args.workers + (plan is not None))
     workers = pool[:args.workers]
     finished, churn = False, None
@@ -147,8 +148,9 @@ def run_default(args):
         if plan is not None:   # last: it kills one of the pool's processes
             churn_mode = "topk" if "topk" in args.modes else args.modes[0]
             start_s = time.perf_counter()
+            deadline_s = churn_deadline_s(results[args.modes.index(churn_mode)])
             churn = run_churn(workers, pool[-1], server_config, replace(worker_config, compression=churn_mode),
-                              val_tokens, plan)
+                              val_tokens, plan, deadline_s)
             print(f"  churn ({churn_mode}): {time.perf_counter() - start_s:.1f} s", file=sys.stderr, flush=True)
         finished = True
     finally:

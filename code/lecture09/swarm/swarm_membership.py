@@ -12,7 +12,20 @@ from dataclasses import asdict, dataclass, replace
 
 from lecture01.console import format_table, print_wrapped
 
-DEMO_DEADLINE_S = 1.0   # the demo's round deadline: honest steps here take ~0.1 s, a crash costs this once
+DEADLINE_STEPS = 5        # the demo's round deadline: this many of table (1)'s measured steps,
+DEADLINE_FLOOR_S = 0.3    # and at least this; a crash costs it once
+TEST_DEADLINE_S = 1.0     # run_churn's default, for callers without a measured step
+
+
+def churn_deadline_s(undisturbed):
+    """The demo's round deadline from a measured run (table (1)'s SwarmResult with the same
+    compression): DEADLINE_STEPS x its wall time per step, at least DEADLINE_FLOOR_S,
+    rounded up to 0.1 s. Measured, not fixed, so that a slow laptop's honest rounds do
+    not miss it: a fixed 1 s would be 10 steps on this machine but less than one on a
+    machine 10 times slower."""
+    import math
+    per_step_s = undisturbed.wall_s / undisturbed.steps
+    return max(DEADLINE_FLOOR_S, math.ceil(DEADLINE_STEPS * per_step_s * 10 - 1e-9) / 10)
 
 
 @dataclass(frozen=True)
@@ -37,16 +50,17 @@ class ChurnResult:
     val_bpc: float
     uploads_averaged: int
     workers: int
+    deadline_s: float = TEST_DEADLINE_S
 
 
-def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
+def run_churn(pool, spare, server_config, worker_config, val_tokens, plan, deadline_s=TEST_DEADLINE_S):
     """Train once with len(pool) workers; kill pool[-1] at plan.kill_at, start `spare` as a
     new worker at plan.join_at. Returns a ChurnResult (the killed process is gone after)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
 
     # After the crash one worker fewer is left: a quorum above that would wait for ever.
-    config = replace(server_config, round_deadline_s=DEMO_DEADLINE_S,
+    config = replace(server_config, round_deadline_s=deadline_s,
                      min_workers=min(server_config.min_workers, len(pool) - 1))
     server = RunningServer(config)
     swarm = server.swarm
@@ -76,7 +90,7 @@ def run_churn(pool, spare, server_config, worker_config, val_tokens, plan):
             bpc = bits_per_char(swarm.model, val_tokens)
     finally:
         server.close()
-    return ChurnResult(plan, timeline, bpc, sum(len(r["workers"]) for r in timeline), len(pool))
+    return ChurnResult(plan, timeline, bpc, sum(len(r["workers"]) for r in timeline), len(pool), deadline_s)
 
 
 HOW = {"all": "到齐 all", "expected": "预期的都到 expected", "deadline": "截止 deadline"}
@@ -100,13 +114,22 @@ def timeline_rows(timeline):
     return out
 
 
+def deadline_rule(result, undisturbed, mode):
+    """How the deadline was chosen, when it was churn_deadline_s's rule (else nothing)."""
+    if result.deadline_s != churn_deadline_s(undisturbed):
+        return ""
+    return (f"：表 (1) 那次 {mode} 训练每步用时 {undisturbed.wall_s / undisturbed.steps:.3f} s（计时表 Timing "
+            f"的用时 / 步数）的 {DEADLINE_STEPS} 倍，向上取到 0.1 s，至少 {DEADLINE_FLOOR_S:g} s")
+
+
 def print_churn(result, undisturbed, mode):
     """Table (3) and its summary line; undisturbed: table (1)'s SwarmResult for `mode`."""
     plan, n = result.plan, result.workers
     print("\n(3) 成员进出 peers that come and go [实测 measured]")
     print_wrapped(f"    {n} 个工作者开始；版本 {plan.kill_at} 时工作者 {n - 1} 被 SIGKILL 杀掉（像崩溃，不告而别），"
-                  f"版本 {plan.join_at} 时新工作者 {n} 加入；sync，{mode}，轮次截止时间 round deadline "
-                  f"{DEMO_DEADLINE_S:g} s。服务器记下的每一轮（相同的连续几轮合成一行）：")
+                  f"版本 {plan.join_at} 时新工作者 {n} 加入；sync，{mode}。轮次截止时间 round deadline "
+                  f"{result.deadline_s:.1f} s{deadline_rule(result, undisturbed, mode)}。"
+                  "服务器记下的每一轮（相同的连续几轮合成一行）：")
     top = ["版本", "上传的工作者", "份数", "这一轮怎么走的", "最长等待 s", "缺席"]
     bottom = ["versions", "workers in", "n", "how it stepped", "max wait s", "late"]
     lines = format_table(top, [bottom] + timeline_rows(result.timeline), [">", "<", ">", "<", ">", "<"])

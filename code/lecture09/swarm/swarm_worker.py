@@ -1,6 +1,6 @@
 """A swarm worker (lecture 9, code 6): pull the weights, compute a gradient on its own
-batch, upload it compressed with error feedback; and the pool of worker processes the
-default run keeps across its compression modes.
+batch, upload it compressed with error feedback (the default run's processes that run
+workers: swarm_pool.py).
 
 Introduced in lecture 9, §7.11. After a refusal the worker reads the answer's `code`
 (swarm_protocol.REFUSALS) to decide: re-pull, wait for the next round, or stop.
@@ -9,9 +9,7 @@ Introduced in lecture 9, §7.11. After a refusal the worker reads the answer's `
 import http.client
 import json
 import random
-import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -223,135 +221,3 @@ class Worker:
                 self.stats["error"] = f"POST /gradients answered {status}: {reply.get('error', '')}"
                 break
         return self.stats
-
-
-# ---------------------------------------------------------------------------
-# The default run's pool: worker processes reused across the compression modes
-# ---------------------------------------------------------------------------
-
-def _pool_child(conn):
-    """One worker process of the pool: one job (a dict) per message, one stats dict back.
-
-    Keeping the processes across the compression modes saves starting a dozen Python +
-    torch processes; each job is exactly `Worker(...).run()`. Ctrl-C is the parent's to
-    answer (one line, then it stops the pool): a child would print a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)
-    train_tokens, _ = load_world_tokens()
-    conn.send({"ready": True})
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:   # the parent is gone
-            return
-        if job is None:    # the pool is stopping (forked siblings hold copies of our pipe's
-            return         # other end, so its closing alone would not reach us)
-        worker = Worker(job["url"], WorkerConfig(**job["config"]), train_tokens)
-        try:
-            stats = worker.run()
-        except Exception as error:   # reported to the parent, which stops with this message
-            stats = dict(worker.stats, error=f"{type(error).__name__}: {error}")
-        conn.send(stats)
-
-
-def pool_start_method():
-    """How the pool's processes start. On Linux, when this process runs one thread, by
-    fork: each worker is a copy of this process, torch already imported (importing it
-    takes ~2 s of CPU per process, most of the default run's start-up). Elsewhere, and
-    in a process with other threads (where fork can copy a lock another thread holds),
-    by spawn: a fresh Python that imports what it needs, as on macOS and Windows."""
-    import sys
-    import threading
-    return "fork" if sys.platform.startswith("linux") and threading.active_count() == 1 else "spawn"
-
-
-class PoolWorker:
-    """A worker process of the pool and its end of the pipe: send(job), result(), and
-    kill / terminate / wait / poll like a subprocess.Popen."""
-
-    def __init__(self, context):
-        self.conn, child_end = context.Pipe()
-        self.process = context.Process(target=_pool_child, args=(child_end,), daemon=True)
-        self.process.start()
-        child_end.close()
-        self.pid = self.process.pid
-
-    def send(self, job):
-        self.conn.send(job)
-
-    def result(self):
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            self.process.join(5)
-            raise RuntimeError(f"worker process {self.pid} exited (status {self.process.exitcode}) "
-                               "without a result") from None
-
-    def poll(self):
-        return self.process.exitcode
-
-    def kill(self):
-        self.process.kill()
-
-    def terminate(self):
-        self.process.terminate()
-
-    def wait(self, timeout=None):
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(f"worker process {self.pid}", timeout)
-        return self.process.exitcode
-
-    def close(self):
-        """Ask the process to exit, and close our end of its pipe."""
-        if self.process.exitcode is None:
-            try:
-                self.conn.send(None)
-            except OSError:   # it has just exited
-                pass
-        self.conn.close()
-
-
-def read_result(worker):
-    return worker.result()
-
-
-def start_worker_pool(n_workers, method=None):
-    """Start n_workers worker processes, by `method` ("fork" or "spawn"; None:
-    pool_start_method() chooses).
-
-    Ctrl-C reaches the whole process group, but only this process should answer it. SIGINT
-    is ignored while the children start (an ignored signal stays ignored across exec, and
-    Python then keeps it so), and each child ignores it from its first line."""
-    import multiprocessing
-    import sys
-
-    sys.stdout.flush()   # a forked child would otherwise print our unflushed output again
-    sys.stderr.flush()
-    context = multiprocessing.get_context(method or pool_start_method())
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return [PoolWorker(context) for _ in range(n_workers)]
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def wait_until_ready(pool):
-    for worker in pool:
-        if not worker.result().get("ready"):
-            raise RuntimeError(f"worker process {worker.pid} failed to start")
-
-
-def stop_worker_pool(pool, at_once=False):
-    """End the worker processes: after a finished run, ask them to exit and let them;
-    at_once (Ctrl-C or an error), terminate them. Only our own children, by handle."""
-    for worker in pool:
-        if at_once and worker.poll() is None:
-            worker.terminate()
-        worker.close()
-    for worker in pool:
-        try:
-            worker.wait(timeout=5 if at_once else 30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
