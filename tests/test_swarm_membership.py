@@ -207,10 +207,10 @@ def test_a_pool_started_by_spawn_trains_too():
     from lecture09.swarm.swarm_pool import pool_start_method, start_worker_pool, stop_worker_pool, wait_until_ready
 
     assert pool_start_method() in ("fork", "spawn")
-    val = load_world_tokens()[1]
+    train, val = load_world_tokens()
     results = {}
     for method in ("spawn", "fork") if sys.platform.startswith("linux") else ("spawn",):
-        pool = start_worker_pool(1, method=method)
+        pool = start_worker_pool(1, method=method, train_tokens=train)   # the data sent, or shared by fork
         try:
             wait_until_ready(pool)
             results[method] = run_swarm(pool, ServerConfig(world_size=1, steps=3, token="t"),

@@ -121,12 +121,12 @@ def run_default(args):
     torch.set_num_threads(1)
     plan = churn_plan(args.steps, args.workers) if args.update == "sync" else None
     # First, while this process has one thread: on Linux the pool forks (swarm_pool.py), and
-    # the workers' start-up (the data) overlaps ours. One spare process joins in table (3).
-    pool = start_worker_pool(args.workers + (plan is not None))
+    # the workers share our copy of the data. One spare process joins in table (3).
+    train_tokens, val_tokens = load_world_tokens()
+    pool = start_worker_pool(args.workers + (plan is not None), train_tokens=train_tokens)
     workers = pool[:args.workers]
     finished, churn = False, None
     try:
-        _, val_tokens = load_world_tokens()
         model = make_model(MODEL_CONFIG, seed=args.seed)
         n_params, n_tensors = model.n_params(), len(list(model.parameters()))
         server_config = server_config_from(args, args.token or secrets.token_urlsafe(16))

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-def _pool_child(conn):
+def _pool_child(conn, train_tokens=None):
     """One worker process of the pool: one job (a dict) per message, one stats dict back.
 
     Ctrl-C is the parent's to answer (one line, then it stops the pool): a child would
@@ -21,7 +21,8 @@ def _pool_child(conn):
     from lecture09.swarm.swarm_worker import Worker
 
     torch.set_num_threads(1)
-    train_tokens, _ = load_world_tokens()
+    if train_tokens is None:   # given by the parent: a forked child shares its copy, no second encoding
+        train_tokens, _ = load_world_tokens()
     conn.send({"ready": True})
     while True:
         try:
@@ -64,9 +65,9 @@ class PoolWorker:
     """A worker process of the pool and our end of its pipe: send(job), result(), and
     kill / terminate / wait / poll like a subprocess.Popen."""
 
-    def __init__(self, context):
+    def __init__(self, context, train_tokens=None):
         self.conn, child_end = context.Pipe()
-        self.process = context.Process(target=_pool_child, args=(child_end,), daemon=True)
+        self.process = context.Process(target=_pool_child, args=(child_end, train_tokens), daemon=True)
         self.process.start()
         child_end.close()
         self.pid = self.process.pid
@@ -107,16 +108,17 @@ class PoolWorker:
         self.conn.close()
 
 
-def start_worker_pool(n_workers, method=None):
+def start_worker_pool(n_workers, method=None, train_tokens=None):
     """Start n_workers worker processes, by `method` ("fork" or "spawn"; None:
-    pool_start_method() chooses)."""
+    pool_start_method() chooses); train_tokens: the training data, if the caller has it
+    (else each worker loads it)."""
     import multiprocessing
 
     sys.stdout.flush()   # a forked child would otherwise print our unflushed output again
     sys.stderr.flush()
     context = multiprocessing.get_context(method or pool_start_method())
     with _SigintIgnored():
-        return [PoolWorker(context) for _ in range(n_workers)]
+        return [PoolWorker(context, train_tokens) for _ in range(n_workers)]
 
 
 def wait_until_ready(pool):
