@@ -94,3 +94,24 @@ def test_a_reader_that_goes_away_gets_no_traceback():
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in err, err
+
+
+def test_sigint_ignored_while_children_start_and_restored_after():
+    import signal
+    import threading
+
+    from lecture01.cli_args import sigint_ignored
+
+    before = signal.getsignal(signal.SIGINT)
+    with sigint_ignored():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is before
+    seen = []
+
+    def elsewhere():   # outside the main thread no handler can be set: it does nothing
+        with sigint_ignored():
+            seen.append(signal.getsignal(signal.SIGINT))
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert seen == [before]

@@ -10,6 +10,7 @@ and a hint to --help, exit status 2, never a traceback nor the whole usage block
 """
 
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -139,6 +140,26 @@ def precision_from_args(args):
     from lecture01.tiny_gpt import resolve_precision   # imported here: --help must not wait for torch
 
     return resolve_precision("fp32" if args.fp32 else args.precision)
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Ctrl-C ignored while child processes start. Ctrl-C reaches the whole process group,
+    but only the parent should answer it (one line, then it stops its children); a child
+    would print a traceback. An ignored signal stays ignored across exec, and Python then
+    keeps it so; a forked child inherits it. Outside the main thread (where signal handlers
+    cannot be set) this does nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_main(main, failures=()):

@@ -18,10 +18,10 @@ into words, against a stated tolerance.
 import math
 import multiprocessing
 import os
-import signal
 import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
+from lecture01.cli_args import sigint_ignored
 from lecture09.compress import gloo_dp, local_sgd, onebit_adam, run_progress
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
@@ -74,16 +74,10 @@ def start_training(jobs, n_processes):
     if n_processes <= 1 or len(jobs) <= 1 or any(setup.backend == "gloo" for _, _, _, setup in jobs):
         steps_done = [0] * len(jobs)
         return None, run_progress.ShownProgress(map(_train_job, jobs), steps_done, steps_per_run, polled=False)
-    # Ctrl-C reaches the whole process group, but only the parent should answer it (one
-    # line, then it terminates the pool); a child would print a traceback. An ignored
-    # signal stays ignored across exec, so children spawned meanwhile never see it.
     context = multiprocessing.get_context("spawn")
     steps_done = context.Array("i", len(jobs), lock=False)     # one slot per run; progress only
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():   # only the parent answers Ctrl-C; it terminates the pool
         pool = context.Pool(min(n_processes, len(jobs)), initializer=_start_worker, initargs=(steps_done,))
-    finally:
-        signal.signal(signal.SIGINT, previous)
     return pool, run_progress.ShownProgress(pool.imap(_train_job, jobs), steps_done, steps_per_run, polled=True)
 
 

@@ -29,12 +29,12 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_module
-import signal
 import socket
-import threading
 import time
 import traceback
 from datetime import timedelta
+
+from lecture01.cli_args import sigint_ignored
 
 HOST = "127.0.0.1"
 POLL_S = 0.05          # how often the parent looks at its children while it waits
@@ -223,16 +223,9 @@ def run_ranks(worker, world_size, args=(), timeout_s=60, port=None):
     deadline = time.monotonic() + timeout_s
     values = {}
     try:
-        # SIGINT ignored while the children start: an ignored signal survives exec, so a
-        # Ctrl-C reaches only the parent, which stops the children (no traceback from each).
-        in_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
-        try:
+        with sigint_ignored():   # a Ctrl-C reaches only the parent, which stops the children
             for proc in processes:
                 proc.start()
-        finally:
-            if in_main_thread:
-                signal.signal(signal.SIGINT, previous)
         while len(values) < world_size:
             rank, ok, payload, when = _next_message(results, processes, values, deadline, timeout_s)
             if not ok:

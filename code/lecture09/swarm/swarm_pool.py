@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+from lecture01.cli_args import sigint_ignored
+
 def _pool_child(conn, train_tokens=None):
     """One worker process of the pool: one job (a dict) per message, one stats dict back.
 
@@ -48,17 +50,6 @@ def pool_start_method():
     threads (a test's), where fork could copy a lock that another thread holds."""
     import threading
     return "fork" if sys.platform.startswith("linux") and threading.active_count() == 1 else "spawn"
-
-
-class _SigintIgnored:
-    """While the pool's processes start, Ctrl-C is ignored: an ignored signal stays
-    ignored across exec, and Python then keeps it so."""
-
-    def __enter__(self):
-        self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGINT, self.previous)
 
 
 class PoolWorker:
@@ -117,7 +108,7 @@ def start_worker_pool(n_workers, method=None, train_tokens=None):
     sys.stdout.flush()   # a forked child would otherwise print our unflushed output again
     sys.stderr.flush()
     context = multiprocessing.get_context(method or pool_start_method())
-    with _SigintIgnored():
+    with sigint_ignored():   # only the parent answers Ctrl-C; each child also ignores it
         return [PoolWorker(context, train_tokens) for _ in range(n_workers)]
 
 
