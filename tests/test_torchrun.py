@@ -55,11 +55,14 @@ def test_two_nodes_on_loopback_print_what_the_self_spawned_run_prints():
 
 
 def test_a_world_size_torchrun_did_not_start_is_one_line():
-    """02 needs 2 ranks; 3 started: every rank stops with one line and status 2, no traceback."""
+    """02 needs 2 ranks; 3 started: a rank stops with one line and status 2, no traceback.
+
+    torchrun's agent stops the other ranks as soon as one exits, so a slower rank may be
+    stopped before it prints: between one and three such lines, never more than one per rank."""
     [(status, out, err)] = torchrun_nodes(LECTURE09 / "02_data_parallel.py", ["--demo", "1", "--quick"], 1, 3)
     assert status != 0
     lines = [line for line in err.splitlines() if line.startswith("错误 error:")]
     assert lines and all("torchrun started 3" in line for line in lines), err[-2000:]
-    assert len(lines) == 3                                        # each rank says it once
+    assert 1 <= len(lines) <= 3                                   # at most once per rank
     assert "exitcode  : 2" in err                                 # torchrun's report of the ranks
     assert 'code/lecture09' not in "".join(l for l in err.splitlines() if l.strip().startswith("File "))
