@@ -42,6 +42,8 @@ GOLDENS = [
            tolerant=(r"bpc", r"loss", r"损失"), mask=ELAPSED),
     Golden("lecture09_07_compression_beyond", "code/lecture09/07_compression_beyond.py", ("--quick", "--fp32"),
            tolerant=(r"bits/字符", r"Δ", r"loss", r"\|"), mask=ELAPSED),
+    Golden("lecture09_08_byzantine", "code/lecture09/08_byzantine.py", ("--quick", "--fp32"),
+           tolerant=(r"\d\.\d\d",), mask=ELAPSED),
 ]
 
 

@@ -27,6 +27,7 @@ CHEAPEST = {
     "05_decentralized.py": ["--demo", "1", "--quick"],
     "06_swarm_http.py": ["--steps", "2", "--workers", "1", "--modes", "none"],   # server and a worker
     "07_compression_beyond.py": None,                              # every table trains: golden tests
+    "08_byzantine.py": None,                                       # every table trains: golden tests
 }
 
 

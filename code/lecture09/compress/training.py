@@ -46,12 +46,21 @@ class Run:
     scheme: str           # compression_schemes.SCHEMES or COLLECTIVE_SCHEMES
     error_feedback: bool = False
     param: int = None     # a collective scheme's knob: PowerSGD's rank
+    aggregator: str = "mean"   # swarm.aggregators.AGGREGATORS: how the receiver combines uploads
+    attack: str = "none"       # swarm.attacks.ATTACKS: what the liars send
+    liars: int = 0             # how many workers lie (the last ones); also the aggregator's f
+
+    @property
+    def robust(self):
+        """A row of code 08: not today's plain mean of honest workers."""
+        return self.aggregator != "mean" or self.liars > 0
 
     @property
     def key(self):
         """How observations find a row: never by its position in a table."""
         base = (self.optimizer, self.scheme, self.error_feedback)
-        return base if self.param is None else base + (self.param,)
+        base = base if self.param is None else base + (self.param,)
+        return base + (self.aggregator, self.attack, self.liars) if self.robust else base
 
     @property
     def baseline_key(self):
@@ -76,6 +85,8 @@ class TrainSetup:
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
+    bucket: int = 0                   # code 08: bucketing (s > 1) before the robust aggregator
+    cc_tau: float = 1.0               # code 08: centered clipping's radius
     backend: str = "sim"              # "sim": workers simulated in one process; "gloo": real ranks (gloo_dp.py)
 
     @property
@@ -153,11 +164,42 @@ class WorkerCompression:
         return total / len(grads), sent[-1][1], [decoded for decoded, _ in sent]
 
 
+class LyingWorkers:
+    """Code 08's receiver: every worker compresses its gradient (WorkerCompression); the last
+    run.liars of them replace what they send by the attack's vectors; every upload is
+    clipped to n_workers x clip_norm, as code 6's server does (so no single upload can be
+    more than clip_norm of the mean); then the robust aggregator combines them."""
+
+    def __init__(self, run, setup, seed=0):
+        from lecture09.swarm import aggregators, attacks
+        self.inner = WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
+        self.liars = run.liars
+        self.attack = attacks.make(run.attack, seed=seed)
+        self.combine = aggregators.make(run.aggregator, f=max(1, run.liars), bucket=setup.bucket,
+                                        seed=seed, tau=setup.cc_tau)
+        self.cap = setup.n_workers * (setup.recipe.clip_norm or math.inf)
+
+    def average(self, grads, shapes):
+        sent = [self.inner.send(w, g) for w, g in enumerate(grads)]
+        decoded = [d for d, _ in sent]
+        n_honest = len(decoded) - self.liars
+        if self.liars:
+            decoded = decoded[:n_honest] + self.attack(decoded[n_honest:], decoded[:n_honest])
+        clipped = []
+        for v in decoded:
+            norm = float(v.double().norm())
+            clipped.append(v * (self.cap / norm) if norm > self.cap else v)
+        return self.combine(clipped), sent[-1][1], decoded
+
+
 def make_aggregator(run, setup):
     """What the workers' gradients go through for this row: a collective scheme of its own
-    (COLLECTIVE_SCHEMES, e.g. PowerSGD) or the registry's per-worker schemes."""
+    (COLLECTIVE_SCHEMES, e.g. PowerSGD), liars and a robust aggregator (code 08), or the
+    registry's per-worker schemes."""
     if run.scheme in COLLECTIVE_SCHEMES:
         return COLLECTIVE_SCHEMES[run.scheme](run, setup)
+    if run.robust:
+        return LyingWorkers(run, setup)
     return WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
 
 
