@@ -1,4 +1,4 @@
-"""Robust aggregators and attacks (swarm/aggregators.py, swarm/attacks.py): hand-computed
+"""Robust aggregators and attacks (robust/aggregators.py, robust/attacks.py): hand-computed
 cases for each, invariants, and ByzFL (EPFL's library) as the reference where it imports.
 
 ByzFL 0.0.11 requires torchvision, which would replace the pinned CPU torch, so it is not
@@ -13,8 +13,8 @@ import types
 import pytest
 import torch
 
-from lecture09.swarm import aggregators as agg
-from lecture09.swarm import attacks
+from lecture09.robust import aggregators as agg
+from lecture09.robust import attacks
 
 
 def vecs(*rows):

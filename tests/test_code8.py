@@ -15,7 +15,8 @@ SCRIPT = LECTURE09 / "08_byzantine.py"
 
 
 def test_names_and_defaults_agree_with_the_registries():
-    from lecture09.swarm import aggregators, attacks, influence
+    from lecture09.robust import aggregators, attacks
+    from lecture09.swarm import influence
     assert code8.AGGREGATOR_NAMES == tuple(aggregators.AGGREGATORS)
     assert code8.ATTACK_NAMES == tuple(attacks.ATTACKS)
     assert code8.SGD_LR == influence.SGD_LR
@@ -69,7 +70,7 @@ def study():
 
 def test_the_round_has_a_cell_per_aggregator_and_attack(study):
     adamw, sgd = study
-    from lecture09.swarm import aggregators, attacks
+    from lecture09.robust import aggregators, attacks
     assert {(c.aggregator, c.attack) for c in adamw.cells} == {
         (a, t) for a in aggregators.AGGREGATORS for t in attacks.ATTACKS if t != "none"}
     assert adamw.kept["mean"] == pytest.approx(1.0)

@@ -21,7 +21,7 @@ clipping each upload does not bound.
     python3 code/lecture09/08_byzantine.py --seeds 3         # 每格 3 组种子：Δ 的范围
     python3 code/lecture09/08_byzantine.py --liars 2 --attacks alie ipm
     python3 code/lecture09/08_byzantine.py --quick           # 很小的设置，几秒钟（测试用）
-需要 (needs): torch；本目录的 swarm/aggregators.py、swarm/attacks.py、swarm/influence.py 和
+需要 (needs): torch；本目录的 robust/aggregators.py、robust/attacks.py、swarm/influence.py 和
 compress/ 的训练引擎。用时打印到 stderr。
 """
 
@@ -246,7 +246,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
-    from lecture09.swarm import aggregators
+    from lecture09.robust import aggregators
     if 2 * args.liars >= args.workers:
         p.error(f"--liars {args.liars} 要少于工作者的一半 (f < n/2: {args.workers} workers)")
     for name in dict.fromkeys(list(args.aggregators) + list(args.compressed_aggregators) + ["mean", "median"]):

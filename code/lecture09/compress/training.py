@@ -46,8 +46,8 @@ class Run:
     scheme: str           # compression_schemes.SCHEMES or COLLECTIVE_SCHEMES
     error_feedback: bool = False
     param: int = None     # a collective scheme's knob: PowerSGD's rank
-    aggregator: str = "mean"   # swarm.aggregators.AGGREGATORS: how the receiver combines uploads
-    attack: str = "none"       # swarm.attacks.ATTACKS: what the liars send
+    aggregator: str = "mean"   # robust.aggregators.AGGREGATORS: how the receiver combines uploads
+    attack: str = "none"       # robust.attacks.ATTACKS: what the liars send
     liars: int = 0             # how many workers lie (the last ones); also the aggregator's f
 
     @property
@@ -171,7 +171,7 @@ class LyingWorkers:
     more than clip_norm of the mean); then the robust aggregator combines them."""
 
     def __init__(self, run, setup, seed=0):
-        from lecture09.swarm import aggregators, attacks
+        from lecture09.robust import aggregators, attacks
         self.inner = WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
         self.liars = run.liars
         self.attack = attacks.make(run.attack, seed=seed)

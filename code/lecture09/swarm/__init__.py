@@ -6,4 +6,5 @@ swarm_worker      a worker process: pull, compute, compress, push
 swarm_bad_uploads the one table of bad and hostile uploads the demo and the tests send
 swarm_checkpoint, swarm_serve   checkpoints and resume; --serve with its graceful stop
 swarm_membership  table (3): peers that come and go
+influence         one measured round with liars: the AdamW step clipping does not bound (§7.17)
 """

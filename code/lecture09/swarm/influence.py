@@ -27,7 +27,7 @@ import torch
 
 from lecture01 import tiny_gpt
 from lecture09.compress.training import WorkerCompression, compressed_backward, world_tokens, worker_gradients
-from lecture09.swarm import aggregators, attacks
+from lecture09.robust import aggregators, attacks
 
 
 @dataclass(frozen=True)
