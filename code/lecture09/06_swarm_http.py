@@ -47,10 +47,13 @@
   python3 code/lecture09/06_swarm_http.py                          # 默认：(1) 和 (2)
   python3 code/lecture09/06_swarm_http.py --steps 40 --modes topk  # 更短，只一种压缩
   python3 code/lecture09/06_swarm_http.py --update async           # 每份上传走一步，学习率乘 1/(1+age)
+  python3 code/lecture09/06_swarm_http.py --aggregator median --attack tiny-dense   # 第 7.17 节
   分开跑，每个一个终端 by parts, one terminal each:
   python3 code/lecture09/06_swarm_http.py --serve --port 8000 --token secret --workers 2
   python3 code/lecture09/06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 0 --token secret
   python3 code/lecture09/06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 1 --token secret
+  每个工作者自己的 token：--serve --token-file tokens.txt（每行 `worker_id token`）；
+  工作者照旧用 --token 给出自己那一个，用别人的编号上传得到 403 wrong_worker。
   python3 code/lecture09/06_swarm_http.py --help                   # 所有参数 every flag
 
 需要 torch、safetensors 和标准库（http.server、urllib）：没有 web 框架。
@@ -77,7 +80,11 @@ from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
     run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
-from lecture09.swarm.swarm_protocol import ServerConfig, WorkerConfig  # noqa: E402  (no torch in it)
+from lecture09.swarm.swarm_protocol import (TOKEN_PATTERN, WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
+                                            WorkerConfig, read_token_file)
+
+# robust.aggregators.AGGREGATORS, written out so that --help needs no torch (a test checks they agree)
+AGGREGATOR_NAMES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clip")
 from lecture09.swarm.swarm_report import (  # noqa: E402,F401  (no torch in it; the tests reach some here)
     DEFAULT_DOWNLINK_MBYTE_PER_S, DEFAULT_RTT_MS, DEFAULT_UPLINK_MBYTE_PER_S, HEADER_SHARE_SIGNIFICANT, Link,
     SwarmResult, bf16_weights_bytes, demo_server_checks, print_server_checks, print_timing, print_traffic_table,
@@ -106,7 +113,9 @@ def server_config_from(args, token):
     return replace(SERVER, world_size=args.workers, update=args.update, steps=args.steps,
                    round_deadline_s=args.round_deadline_s, min_workers=args.min_workers,
                    max_staleness=args.max_staleness,
-                   max_body_bytes=args.max_body_bytes, model_seed=args.seed, token=token)
+                   max_body_bytes=args.max_body_bytes, model_seed=args.seed, token=token,
+                   aggregator=args.aggregator, byzantine=args.byzantine,
+                   worker_tokens=getattr(args, "worker_tokens", ()))
 
 
 def run_default(args):
@@ -132,6 +141,9 @@ def run_default(args):
         server_config = server_config_from(args, args.token or secrets.token_urlsafe(16))
         print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
                      f"{args.update}，{server_config.total_updates} 步，每个 batch {args.batch_size}）")
+        if args.aggregator != "mean" or args.attack != "none":
+            print_wrapped(f"聚合器 aggregator：{args.aggregator}（f = {args.byzantine}）；最后一个工作者发："
+                          f"{args.attack}（{WIRE_ATTACKS[args.attack]}）。第 7.17 节。")
         if args.update == "async":
             print_wrapped(f"async：每份上传走一步，{args.steps} 轮的数据 = {server_config.total_updates} 步，"
                           f"和 sync 的 {args.steps} 步看到同样多的 batch（like for like）。")
@@ -142,7 +154,7 @@ def run_default(args):
             worker_config = replace(WORKER, compression=mode, topk_ratio=args.topk_ratio, batch_size=args.batch_size,
                                     data_seed=args.data_seed, token=server_config.token,
                                     retry_budget_s=args.retry_budget_s)
-            result = run_swarm(workers, server_config, worker_config, val_tokens)
+            result = run_swarm(workers, server_config, worker_config, val_tokens, liar_attack=args.attack)
             print(f"  {mode}: {result.steps} 步 steps, {result.wall_s:.1f} s", file=sys.stderr, flush=True)
             results.append(result)
         if plan is not None:   # last: it kills one of the pool's processes
@@ -210,7 +222,7 @@ def run_worker_cli(args):
     torch.set_num_threads(1)
     config = replace(WORKER, worker_id=args.worker_id, compression=args.compression, topk_ratio=args.topk_ratio,
                      batch_size=args.batch_size, data_seed=args.data_seed, token=args.token,
-                     retry_budget_s=args.retry_budget_s)
+                     retry_budget_s=args.retry_budget_s, attack=args.attack)
     url = args.worker.rstrip("/")
     print(f"工作者 worker {config.worker_id} -> {url} ({config.compression})", flush=True)
     try:
@@ -237,7 +249,7 @@ WORKER_COUNT = int_in(1, 64)       # each worker is a process
 
 
 def token(text):
-    if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{1,256}", text):
+    if not TOKEN_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError("token 只能是 1-256 个 A-Z a-z 0-9 . _ ~ + / = - 字符 "
                                          "(a token is 1-256 of these characters)")
     return text
@@ -278,11 +290,12 @@ def mode_list(text):
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
                 "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
-                "batch_size", "seed", "data_seed", "retry_budget_s"},
+                "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
-              "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume"},
+              "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
+              "aggregator", "byzantine", "token_file"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
-               "retry_budget_s"},
+               "retry_budget_s", "attack"},
 }
 ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)", "serve": "--serve",
               "worker": "--worker"}
@@ -362,6 +375,16 @@ def build_parser():
     parser.add_argument("--retry-budget-s", type=non_negative_float, default=worker_defaults.retry_budget_s,
                         help="工作者遇到暂时的失败（503、429、408、连不上）时，同一个请求最多重试这么多秒，"
                              "之后停下 retry budget per request (default %(default)s)")
+    parser.add_argument("--aggregator", choices=AGGREGATOR_NAMES, default=server_defaults.aggregator,
+                        help="一轮的上传怎样合成一份（§7.17）how a round's uploads combine (default %(default)s)")
+    parser.add_argument("--byzantine", type=int_in(1, 31), default=server_defaults.byzantine, metavar="F",
+                        help="聚合器假设最多几个说谎的工作者 f the aggregator is built for (default %(default)s)")
+    parser.add_argument("--attack", choices=tuple(WIRE_ATTACKS), default="none",
+                        help="默认运行：最后一个工作者发这个，不发梯度；--worker：这个工作者发它 "
+                             "what the (last) worker sends instead of its gradient (default %(default)s)")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="--serve：每行 `worker_id token`，每个工作者自己的 token，只能用自己的编号上传"
+                             "（代替 --token）per-worker tokens (default: none)")
     parser.add_argument("--verbose", action="store_true",
                         help="--serve：记录每个 HTTP 请求 log every request (default %(default)s)")
     return parser
@@ -382,6 +405,22 @@ def parse_args(argv=None):
     if args.min_workers > args.workers and role in ("default", "serve"):
         parser.error(f"--min-workers {args.min_workers} 大于 --workers {args.workers}：一轮永远凑不齐 "
                      "(a round could never reach its quorum)")
+    if role in ("default", "serve") and args.aggregator != "mean":
+        if args.update != "sync":
+            parser.error(f"--aggregator {args.aggregator} 要 --update sync：async 每步只有一份上传，无从比较 "
+                         "(robust aggregation needs a round)")
+        floor = replace(SERVER, aggregator=args.aggregator, byzantine=args.byzantine).round_floor
+        if 2 * args.byzantine >= args.workers or floor > args.workers:
+            parser.error(f"--aggregator {args.aggregator} --byzantine {args.byzantine} 要至少 "
+                         f"{max(floor, 2 * args.byzantine + 1)} 个工作者，--workers 是 {args.workers} "
+                         "(f < n/2; trimmed-mean n > 2f; krum n > 2f + 2)")
+    if args.token_file:
+        if args.token:
+            parser.error("--token-file 和 --token 只能给一个 (per-worker tokens replace the shared one)")
+        try:
+            args.worker_tokens = read_token_file(args.token_file)
+        except (OSError, ValueError) as error:
+            parser.error(f"--token-file: {error}")
     return args
 
 

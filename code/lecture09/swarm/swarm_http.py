@@ -248,7 +248,8 @@ class SwarmHandler(BaseHTTPRequestHandler):
         try:
             self.server.auth_throttle.check(address)
             n_bytes, upload = check_upload_request(self.raw_header_lines, self.headers, urlsplit(self.path).path,
-                                                   swarm.max_body_bytes, swarm.config.token)
+                                                   swarm.max_body_bytes, swarm.config.token,
+                                                   swarm.config.worker_tokens)
         except Rejection as rejection:
             if rejection.code == "unauthorized":
                 self.server.auth_throttle.failed(address)

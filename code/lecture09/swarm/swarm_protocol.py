@@ -17,6 +17,8 @@ nothing here imports torch at module level (the payload check imports it when ca
            (check_token)                                              401 unauthorized
     4      X-Compression, X-Worker-Id, X-Model-Version, X-Loss
            (parse_upload_headers)                                     400 bad_header
+           with per-worker tokens: the id is the token's own
+           (check_owner)                                              403 wrong_worker
     5      the body arrives whole within the request deadline         400 / 408
     6      version and round: future, stale, repeat, finished
            (check_version)                                            409
@@ -69,6 +71,11 @@ class ServerConfig:
     listen_backlog: int = 128        # the kernel's queue of connections not yet accepted
     model_seed: int = 0              # tiny_gpt.make_model's seed: the starting weights
     token: str | None = None         # shared secret for POST /gradients; None: no check
+    worker_tokens: tuple = ()        # ((worker id, token), ...): per-worker tokens (read_token_file);
+                                     # when given, a token uploads only as its own worker id, and
+                                     # `token` is not used
+    aggregator: str = "mean"         # robust.aggregators.AGGREGATORS: how a round's uploads combine
+    byzantine: int = 1               # f, the liars the aggregator is built for (not used by mean)
     checkpoint_dir: str | None = None  # where checkpoints go (swarm_checkpoint.py); None: nowhere
     checkpoint_every: int = 0        # a checkpoint after every this many versions; 0: only on stop
 
@@ -77,6 +84,14 @@ class ServerConfig:
         """Optimizer steps in one training run: async takes one per upload, so it needs
         world_size of them to see the data one synchronous round sees."""
         return self.steps * (self.world_size if self.update == "async" else 1)
+
+    @property
+    def round_floor(self):
+        """The fewest uploads a round may step with: min_workers, or more if the aggregator
+        needs them (trimmed mean 2f + 1, Krum 2f + 3; robust.aggregators.check_settings)."""
+        need = {"trimmed-mean": 2 * self.byzantine + 1, "krum": 2 * self.byzantine + 3,
+                "multi-krum": 2 * self.byzantine + 3}.get(self.aggregator, 1)
+        return max(self.min_workers, need)
 
     @property
     def long_poll_slots(self):
@@ -105,6 +120,15 @@ class WorkerConfig:
     timeout_s: float = 60.0          # HTTP timeout; a long poll waits at most long_poll_s
     retry_budget_s: float = 60.0     # one request retries a transient failure (503, 429, 408, no
                                      # connection) for at most this long, then the worker stops
+    attack: str = "none"             # WIRE_ATTACKS: what this worker sends instead of its gradient
+
+
+# What one swarm worker can send instead of its gradient (§7.17). It sees only its own
+# gradient, so the attacks that need the honest uploads (robust.attacks' alie) are not here;
+# ipm uses its own gradient in place of the honest mean. Dense attacks travel as mode none.
+WIRE_ATTACKS = {"none": "its honest gradient", "sign-flip": "minus its gradient",
+                "ipm": "minus 0.1 times its gradient", "tiny-dense": "+-1e-4 in every entry (mode none)",
+                "gaussian": "N(0, 1) in every entry (mode none)", "replay": "its previous upload again"}
 
 
 # The largest valid upload is top-k at ratio 1: every entry as an int64 index and an fp32
@@ -131,6 +155,7 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "bad_length": (400, STOP),
     "too_large": (413, STOP),
     "unauthorized": (401, STOP),
+    "wrong_worker": (403, STOP),       # per-worker tokens: this token is another worker's
     "bad_header": (400, STOP),
     "incomplete_body": (400, STOP),
     "request_timeout": (408, STOP),
@@ -289,6 +314,7 @@ SINGLE_VALUED = ("Content-Length", "Authorization", "X-Worker-Id", "X-Compressio
                  "X-Loss", "Host")
 WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 VERSION_PATTERN = re.compile(r"[0-9]{1,18}")
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~+/=-]{1,256}")   # what a Bearer token may be (also --token)
 LENGTH_PATTERN = re.compile(r"[0-9]{1,18}")
 
 
@@ -320,16 +346,55 @@ def check_length(headers, cap_bytes):
     return n_bytes
 
 
-def check_token(headers, token):
-    """3. The shared bearer token (None: no check)."""
-    if token is None:
-        return
+def check_token(headers, token, worker_tokens=()):
+    """3. The bearer token: the shared one (None: no check), or with per-worker tokens the
+    worker id that owns the one given (returned; None otherwise)."""
     given = (headers.get("Authorization") or "").encode("latin-1", "replace")
-    expected = f"Bearer {token}".encode("latin-1")
     # compare_digest does not stop at the first wrong byte, so the answer's timing does
-    # not tell an attacker how much of a guess was right.
-    if not hmac.compare_digest(given, expected):
+    # not tell an attacker how much of a guess was right; with per-worker tokens every one
+    # is compared, so the timing does not tell which worker's it was close to either.
+    if worker_tokens:
+        owners = [worker for worker, secret in worker_tokens
+                  if hmac.compare_digest(given, f"Bearer {secret}".encode("latin-1"))]
+        if not owners:
+            raise Rejection("unauthorized", "missing or wrong bearer token")
+        return owners[0]
+    if token is None:
+        return None
+    if not hmac.compare_digest(given, f"Bearer {token}".encode("latin-1")):
         raise Rejection("unauthorized", "missing or wrong bearer token")
+    return None
+
+
+def check_owner(upload, owner):
+    """4b. With per-worker tokens, X-Worker-Id must be the token's own worker: one member
+    cannot fill a round under several ids, nor replay another worker's upload as that worker."""
+    if owner is not None and upload.worker_id != owner:
+        raise Rejection("wrong_worker", f"this token belongs to worker {owner}, not {upload.worker_id}")
+
+
+def read_token_file(path):
+    """((worker id, token), ...) from a file of lines `worker_id token` (# starts a comment).
+    ValueError, naming the line, for a malformed line, a repeated id or a repeated token."""
+    pairs, ids, secrets_seen = [], set(), set()
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            parts = text.split()
+            if (len(parts) != 2 or not WORKER_ID_PATTERN.fullmatch(parts[0])
+                    or not TOKEN_PATTERN.fullmatch(parts[1])):
+                raise ValueError(f"{path}:{number}: expected `worker_id token` "
+                                 "(id: 1-64 of A-Z a-z 0-9 _ . -; token: 1-256 of A-Z a-z 0-9 . _ ~ + / = -)")
+            if parts[0] in ids or parts[1] in secrets_seen:
+                raise ValueError(f"{path}:{number}: worker id or token repeated")
+            ids.add(parts[0])
+            secrets_seen.add(parts[1])
+            pairs.append((parts[0], parts[1]))
+    if not pairs:
+        raise ValueError(f"{path}: no `worker_id token` lines")
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -362,15 +427,17 @@ def parse_upload_headers(headers):
     return Upload(worker_id, int(version), compression, loss)
 
 
-def check_upload_request(raw_header_lines, headers, path, cap_bytes, token):
+def check_upload_request(raw_header_lines, headers, path, cap_bytes, token, worker_tokens=()):
     """Checks 1-4 of a POST, in order, from its line and headers alone (no body byte read):
     -> (announced body size, Upload). A new check of the request goes here."""
     check_framing(raw_header_lines, headers)
     if path != "/gradients":
         raise Rejection("not_found", f"no such endpoint {path}")
     n_bytes = check_length(headers, cap_bytes)
-    check_token(headers, token)
-    return n_bytes, parse_upload_headers(headers)
+    owner = check_token(headers, token, worker_tokens)
+    upload = parse_upload_headers(headers)
+    check_owner(upload, owner)
+    return n_bytes, upload
 
 
 def check_version(upload, version, done, update, max_staleness, round_workers):

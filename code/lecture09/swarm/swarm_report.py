@@ -69,15 +69,17 @@ class SwarmResult:
     workers: int = 1
 
 
-def run_swarm(pool, server_config, worker_config, val_tokens):
-    """Train once with one server and len(pool) worker processes; returns a SwarmResult."""
+def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"):
+    """Train once with one server and len(pool) worker processes; returns a SwarmResult.
+    liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §7.17)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
     start_s = time.perf_counter()
     server = RunningServer(server_config)
     try:
         for worker_id, process in enumerate(pool):
-            job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id))}
+            attack = liar_attack if worker_id == len(pool) - 1 else worker_config.attack
+            job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id, attack=attack))}
             process.send(job)
         stats = [process.result() for process in pool]
     finally:

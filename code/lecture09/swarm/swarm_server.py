@@ -94,6 +94,12 @@ class ParameterServer:
         self.timeline = []         # (version, workers, how): every round's step, for the demo
         self.round_started_s = None
         self.resumed_from = None     # (path, version) when started from a checkpoint
+        # a robust aggregator (robust.aggregators) replaces the mean of a round; centered
+        # clipping keeps its center from round to round, so it is built once
+        self.combine = None
+        if config.aggregator != "mean":
+            from lecture09.robust import aggregators
+            self.combine = aggregators.make(config.aggregator, f=config.byzantine)
 
     @property
     def done(self):
@@ -154,7 +160,7 @@ class ParameterServer:
 
     def _membership(self):
         expected = self.expected() or set()
-        return {"min_workers": self.config.min_workers, "expected": sorted(expected),
+        return {"min_workers": self.config.round_floor, "expected": sorted(expected),
                 "in_round": sorted(self.round), "late": sorted(expected - set(self.round)),
                 "last_rounds": list(self.recent_rounds)}
 
@@ -196,7 +202,7 @@ class ParameterServer:
             if len(self.round) >= self.config.world_size:
                 how = "all"
             elif (expected is not None and expected <= set(self.round)
-                  and len(self.round) >= self.config.min_workers):
+                  and len(self.round) >= self.config.round_floor):
                 how = "expected"
             else:
                 how = None
@@ -217,7 +223,7 @@ class ParameterServer:
     def _deadline(self, version):
         with self.changed:
             if self.version == version and self.round and not self.closing:
-                if len(self.round) >= self.config.min_workers:
+                if len(self.round) >= self.config.round_floor:
                     self.counts["deadline_steps"] += 1
                     self._step_round("deadline")
                 else:
@@ -240,18 +246,27 @@ class ParameterServer:
         self._step([d for d, _ in ordered], [loss for _, loss in ordered])
 
     def _step(self, dense_list, losses, lr_factor=1.0):
-        """p.grad = mean(dense_list); clip; AdamW at lr_at(version) * lr_factor; version + 1.
+        """p.grad = mean(dense_list) (or the robust aggregator's combination of them); clip;
+        AdamW at lr_at(version) * lr_factor; version + 1.
 
         The async discount multiplies the learning rate, after clipping, so clipping cannot
         erase it and AdamW's per-entry normalisation cannot divide it away. If the step
         would leave a weight non-finite, the weights and the optimizer state go back to
         what they were: the version still moves on (the workers' uploads were used up),
         and the skip is counted and reported by /status."""
-        for name, p in self.params.items():
-            total = dense_list[0][name].clone()
-            for dense in dense_list[1:]:
-                total += dense[name]
-            p.grad = total.mul_(1.0 / len(dense_list))
+        if self.combine is not None and len(dense_list) > 1:
+            names = list(self.params)
+            combined = self.combine([torch.cat([dense[name].reshape(-1) for name in names]) for dense in dense_list])
+            offset = 0
+            for name, p in self.params.items():
+                p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
+                offset += p.numel()
+        else:
+            for name, p in self.params.items():
+                total = dense_list[0][name].clone()
+                for dense in dense_list[1:]:
+                    total += dense[name]
+                p.grad = total.mul_(1.0 / len(dense_list))
         torch.nn.utils.clip_grad_norm_(list(self.params.values()), self.config.clip_norm)
         lr = lr_at(self.version, self.config.total_updates, self.config.peak_lr) * lr_factor
         for group in self.optimizer.param_groups:

@@ -138,6 +138,9 @@ class Worker:
                       "accepted": 0, "body_bytes_sent": 0, "tensor_bytes_sent": 0, "entries_sent": 0,
                       "compute_s": [], "encode_s": [], "rejected": {}, "retries": 0, "error": None}
         self.rng = random.Random(config.worker_id)   # the back-off's jitter only: never the data
+        self.lie_gen = torch.Generator().manual_seed(10_000 + config.worker_id)   # a liar's noise and signs
+        self.last_body = None      # replay: the previous upload's bytes and mode
+        self._proposed = False     # whether this upload went through the error-feedback memory
 
     def _call(self, url, body=None, headers=None):
         def count():
@@ -171,31 +174,62 @@ class Worker:
         stats["compute_s"].append(time.process_time() - start_s)
         start_s = time.process_time()
         grads = {name: p.grad for name, p in self.model.named_parameters()}
-        payload = self.feedback.propose(grads, self.config.compression, self.config.topk_ratio)
-        body = payload_to_bytes(payload)
+        payload, body, mode = self.what_to_send(grads)
         stats["encode_s"].append(time.process_time() - start_s)
         # 9 significant digits give an fp32 loss back exactly, in a fixed width (15 characters).
-        headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": f"{loss.item():.8e}"})
+        headers = dict(self.headers, **{"X-Model-Version": str(version), "X-Loss": f"{loss.item():.8e}",
+                                        "X-Compression": mode})
         try:   # the same bytes again after a transient failure: the batch stream is not disturbed
             status, _, answer = self._call(f"{self.url}/gradients", body, headers)
         except GaveUp:
-            self.feedback.rollback()   # nothing reached the server
+            self._settle(False)   # nothing reached the server
             raise
         stats["uploads"] += 1
         stats["body_bytes_sent"] += len(body)
         stats["tensor_bytes_sent"] += payload_tensor_bytes(payload)
         stats["entries_sent"] += sum(t.numel() for key, t in payload.items() if not key.endswith(("::idx", "::scale")))
         if status == 200:
-            self.feedback.commit()
+            self._settle(True)
             stats["accepted"] += 1
         else:
-            self.feedback.rollback()   # the server kept nothing, so the residual must not move
+            self._settle(False)   # the server kept nothing, so the residual must not move
             stats["rejected"][str(status)] = stats["rejected"].get(str(status), 0) + 1
         try:
             reply = json.loads(answer or b"{}")
         except ValueError:
             reply = {}
         return status, reply
+
+    def _settle(self, accepted):
+        """Commit (accepted) or roll back the error-feedback proposal of this upload, if it made one."""
+        if self._proposed:
+            self.feedback.commit() if accepted else self.feedback.rollback()
+        self._proposed = False
+
+    def what_to_send(self, grads):
+        """(payload, body bytes, mode): the honest compressed gradient through error feedback,
+        or what config.attack sends instead (swarm_protocol.WIRE_ATTACKS; §7.17)."""
+        attack, mode = self.config.attack, self.config.compression
+        if attack in ("sign-flip", "ipm"):
+            factor = -1.0 if attack == "sign-flip" else -0.1
+            grads = {name: factor * g for name, g in grads.items()}
+        elif attack in ("tiny-dense", "gaussian"):
+            def noise(g):
+                if attack == "gaussian":
+                    return torch.randn(g.shape, generator=self.lie_gen)
+                return (torch.randint(0, 2, g.shape, generator=self.lie_gen).float() * 2 - 1) * 1e-4
+            payload = {name: noise(g) for name, g in grads.items()}
+            self._proposed = False
+            return payload, payload_to_bytes(payload), "none"
+        elif attack == "replay" and self.last_body is not None:
+            self._proposed = False
+            return self.last_body
+        payload = self.feedback.propose(grads, mode, self.config.topk_ratio)
+        self._proposed = True
+        body = payload_to_bytes(payload)
+        if attack == "replay":
+            self.last_body = (payload, body, mode)
+        return payload, body, mode
 
     def run(self, max_uploads=None):
         """Loop until the server reports training done; returns the stats dict.
