@@ -87,16 +87,19 @@ def test_the_tiny_dense_upload_is_strong_under_adamw_and_not_under_sgd_or_the_me
     assert sgd.cell("mean", "tiny-dense").influence <= code8.BOUND_UNITS
     assert adamw.cell("median", "tiny-dense").influence <= code8.BOUND_UNITS
     assert adamw.cell("trimmed-mean", "tiny-dense").influence <= code8.BOUND_UNITS
+    # bounding |dw| by the honest step's own size still leaves the liar more than the bound
+    assert adamw.bounded["tiny-dense"] > code8.BOUND_UNITS
+    assert adamw.bounded["tiny-dense"] < adamw.cell("mean", "tiny-dense").influence
 
 
 # --- the observations' branches -----------------------------------------------------------
 
-def fake_study(cells, kept=None, nonzero=None, scheme="topk"):
+def fake_study(cells, kept=None, nonzero=None, scheme="topk", bounded=None):
     from lecture09.swarm.influence import Cell, RoundStudy
     names = list(dict.fromkeys(a for a, _, _, *_ in cells))
     return RoundStudy(n_workers=8, liars=1, scheme=scheme, n_params=100, unit=1.0, honest_step=10.0,
                       optimizer="adamw", kept=kept or {n: 1.0 for n in names}, nonzero=nonzero or {},
-                      cells=tuple(Cell(a, t, v, *rest) for a, t, v, *rest in cells))
+                      cells=tuple(Cell(a, t, v, *rest) for a, t, v, *rest in cells), bounded=bounded)
 
 
 def lines_of(*studies):
@@ -117,6 +120,11 @@ def test_tiny_dense_observation_on_each_branch():
     assert "说不清" in unclear[0] and "放大它的是" not in unclear[0]
     weak = lines_of(fake_study([("mean", "tiny-dense", 1.5)]), control, dense)
     assert "没有被放大" in weak[0]
+    capped = lines_of(fake_study([("mean", "tiny-dense", 30.0)], bounded={"tiny-dense": 9.9}), control, dense)
+    assert "仍然推动 9.9 个单位：只限制更新的大小，挡不住它" in capped[1]
+    enough = lines_of(fake_study([("mean", "tiny-dense", 30.0)], bounded={"tiny-dense": 1.5}), control, dense)
+    assert "限制更新的大小就够了" in enough[1]
+    assert not any("|Δw|" in line for line in weak)                  # nothing to bound: no line
 
 
 def test_bounded_lists_follow_the_threshold_and_krum_picks_are_named():

@@ -375,13 +375,15 @@ def build_parser():
     parser.add_argument("--retry-budget-s", type=non_negative_float, default=worker_defaults.retry_budget_s,
                         help="工作者遇到暂时的失败（503、429、408、连不上）时，同一个请求最多重试这么多秒，"
                              "之后停下 retry budget per request (default %(default)s)")
-    parser.add_argument("--aggregator", choices=AGGREGATOR_NAMES, default=server_defaults.aggregator,
-                        help="一轮的上传怎样合成一份（§7.17）how a round's uploads combine (default %(default)s)")
+    parser.add_argument("--aggregator", choices=AGGREGATOR_NAMES, default=server_defaults.aggregator, metavar="NAME",
+                        help="一轮的上传怎样合成一份（§7.17）how a round's uploads combine: "
+                             + ", ".join(AGGREGATOR_NAMES) + " (default %(default)s)")
     parser.add_argument("--byzantine", type=int_in(1, 31), default=server_defaults.byzantine, metavar="F",
                         help="聚合器假设最多几个说谎的工作者 f the aggregator is built for (default %(default)s)")
-    parser.add_argument("--attack", choices=tuple(WIRE_ATTACKS), default="none",
+    parser.add_argument("--attack", choices=tuple(WIRE_ATTACKS), default="none", metavar="NAME",
                         help="默认运行：最后一个工作者发这个，不发梯度；--worker：这个工作者发它 "
-                             "what the (last) worker sends instead of its gradient (default %(default)s)")
+                             "what the (last) worker sends instead of its gradient: " + ", ".join(WIRE_ATTACKS)
+                             + " (default %(default)s)")
     parser.add_argument("--token-file", metavar="PATH",
                         help="--serve：每行 `worker_id token`，每个工作者自己的 token，只能用自己的编号上传"
                              "（代替 --token）per-worker tokens (default: none)")

@@ -90,9 +90,14 @@ def print_round(study, control, dense, out=print_wrapped):
         out(pad(name, widths[0]) + pad(f"{study.kept[name]:.2f}", widths[1], ">")
             + pad(f"{study.nonzero[name]:.1%}", widths[2], ">")
             + "".join(pad(f"{study.cell(name, a).influence:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
+    if study.bounded:
+        out(pad("mean，|Δw| 封顶", widths[0] + widths[1] + widths[2])
+            + "".join(pad(f"{study.bounded[a]:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
     for label, other in (("mean，换 SGD", control), (f"mean，诚实的发 {dense.scheme}", dense)):
         out(pad(label, widths[0] + widths[1] + widths[2])
             + "".join(pad(f"{other.cell('mean', a).influence:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
+    out("“|Δw| 封顶”= 平均那一步走完以后，把 |Δw| 裁到诚实那一步自己的大小（这个上限用到了诚实"
+        "那一步有多大，真的服务器并不知道）。")
     out(f"最后两行是对照：同一轮、同样的权重，只换一样——换成没有逐分量归一化的 SGD（lr {SGD_LR:g}，"
         f"不用动量）；或者诚实的工作者发稠密的 {dense.scheme}（热身也是），它们自己把 v 填满。"
         "每行用它自己那一轮的单位。")
@@ -116,6 +121,11 @@ def round_observations(study, control, dense, out=print_wrapped):
         else:
             lines.append(f"微小稠密上传在平均下只推动 AdamW 这一步 {adam:.2f} 个单位"
                          f"（不超过 {BOUND_UNITS:g}）：这组设置下它没有被放大。")
+        capped = (study.bounded or {}).get("tiny-dense")
+        if capped is not None and adam > BOUND_UNITS:
+            lines.append(f"把平均那一步的 |Δw| 裁到诚实那一步的大小以后，tiny-dense 仍然推动 {capped:.1f} 个单位"
+                         + ("：只限制更新的大小，挡不住它。" if capped > BOUND_UNITS
+                            else f"，在 {BOUND_UNITS:g} 以内：这组设置下限制更新的大小就够了。"))
     for attack in dict.fromkeys(c.attack for c in study.cells):
         bounded = [name for name in study.kept if study.cell(name, attack).influence <= BOUND_UNITS]
         loose = [name for name in study.kept if name not in bounded]
@@ -226,18 +236,18 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="很小的设置，几秒钟跑完（冒烟测试 smoke test）；覆盖 --steps、--warm-steps、--aggregators、"
                         "--attacks、--compressed-aggregators")
-    p.add_argument("--workers", type=int_in(3, 32), default=d["workers"], help="工作者数 n (default %(default)s)")
+    p.add_argument("--workers", type=int_in(3, 32), default=d["workers"], help="工作者数 n, number of workers (default %(default)s)")
     p.add_argument("--liars", type=int_in(1, 15), default=d["liars"],
-                   help="说谎的工作者数 f，也是聚合器假设的 f (default %(default)s)")
+                   help="说谎的工作者数 f，也是聚合器假设的 f (liars, Byzantine workers; default %(default)s)")
     p.add_argument("--aggregators", nargs="+", choices=AGGREGATOR_NAMES, default=list(d["aggregators"]),
-                   metavar="A", help="表 (2) 的聚合器 " + " ".join(AGGREGATOR_NAMES) + " (default %(default)s)")
+                   metavar="A", help="表 (2) 的聚合器 aggregators: " + " ".join(AGGREGATOR_NAMES) + " (default %(default)s)")
     p.add_argument("--attacks", nargs="+", choices=ATTACK_NAMES, default=list(d["attacks"]), metavar="T",
-                   help="表 (2) 的攻击 " + " ".join(ATTACK_NAMES) + " (default %(default)s)")
+                   help="表 (2) 的攻击 attacks: " + " ".join(ATTACK_NAMES) + " (default %(default)s)")
     p.add_argument("--compressed-aggregators", nargs="+", choices=AGGREGATOR_NAMES,
                    default=list(d["compressed_aggregators"]), metavar="A",
-                   help="表 (3)（工作者发 top-k）的聚合器 (default %(default)s)")
+                   help="表 (3)（工作者发 top-k）的聚合器 aggregators of table (3) (default %(default)s)")
     p.add_argument("--warm-steps", type=int_in(1, 1000), default=d["warm_steps"],
-                   help="表 (1) 量那一轮之前的诚实训练步数 (default %(default)s)")
+                   help="表 (1) 量那一轮之前的诚实训练步数 honest warm-up steps (default %(default)s)")
     p.add_argument("--bucket", type=int_in(0, 32), default=d["bucket"],
                    help="分桶 bucketing：先把 s 份随机分一组取平均，0 = 不分桶 (default %(default)s)")
     p.add_argument("--cc-tau", type=float_in(0, 1e6, low_open=True), default=d["cc_tau"],

@@ -14,6 +14,8 @@ as code 6's server does. What is measured, in L2 norm over all weights:
                   honest step an aggregator keeps when nobody lies (1 = all of it)
     nonzero       entries of the aggregated honest gradient that are not 0 (top-k uploads
                   overlap little, so a coordinate-wise median of them is mostly 0)
+    bounded       the mean's attacked step with its norm clipped, after the optimizer, to the
+                  honest step's own norm: a bound on |dw| that knows the honest answer's size
 
 The control for "AdamW, not the upload, makes the tiny dense upload strong": the same
 round from the same weights with the same uploads, stepped by plain SGD (`optimizer="sgd"`,
@@ -50,6 +52,7 @@ class RoundStudy:
     kept: dict                     # aggregator -> cosine with the honest mean step
     nonzero: dict                  # aggregator -> fraction of nonzero entries, honest inputs
     cells: tuple                   # Cell per aggregator x attack
+    bounded: dict = None           # attack -> influence of the mean's step clipped to the honest norm
 
     def cell(self, aggregator, attack):
         return next(c for c in self.cells if c.aggregator == aggregator and c.attack == attack)
@@ -135,7 +138,7 @@ def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names
     mean_all = delta(honest, "mean")
     mean_without = delta(honest[:n - 1], "mean")
     unit = float((mean_all - mean_without).double().norm())
-    kept, cells = {}, []
+    kept, cells, bounded = {}, [], {}
     for name in aggregator_names:
         reference = delta(honest, name, record=True)
         kept[name] = float(torch.nn.functional.cosine_similarity(reference.double(), mean_all.double(), dim=0))
@@ -146,6 +149,10 @@ def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names
             lies = attack(honest[n - liars:], honest[:n - liars])
             sent = honest[:n - liars] + clip_each(lies, n * setup.recipe.clip_norm)
             attacked = delta(sent, name, remember=True)
+            if name == "mean":
+                ratio = float(reference.double().norm()) / max(float(attacked.double().norm()), 1e-30)
+                clipped = attacked * min(1.0, ratio)
+                bounded[attack_name] = float((clipped - reference).double().norm()) / unit
             cell = Cell(name, attack_name, float((attacked - reference).double().norm()) / unit,
                         picked_liar=None if last_chosen[0] is None else any(i >= n - liars for i in last_chosen[0]))
             cells.append(cell)
@@ -153,4 +160,4 @@ def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names
                 on_cell(cell)
     return RoundStudy(n_workers=n, liars=liars, scheme=scheme, n_params=model.n_params(), unit=unit,
                       honest_step=float(mean_all.double().norm()), optimizer=optimizer,
-                      kept=kept, nonzero=nonzero, cells=tuple(cells))
+                      kept=kept, nonzero=nonzero, cells=tuple(cells), bounded=bounded)
