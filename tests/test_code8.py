@@ -157,6 +157,16 @@ def test_training_observations_follow_the_verdicts():
     assert "alie：平均变差（Δ +0.250）；比平均好的：median" in out[1]       # krum better on one seed only
 
 
+def test_the_median_line_says_what_n_needs():
+    from lecture09.swarm.influence import RoundStudy
+    for n, says in [(8, "8 个工作者里要有至少一半（4 个）"), (7, "7 个工作者里要有过半数（4 个）")]:
+        study = RoundStudy(n_workers=n, liars=1, scheme="topk", n_params=10, unit=1.0, honest_step=1.0,
+                           optimizer="adamw", kept={"mean": 1.0, "median": 1.0}, nonzero={"mean": 0.04, "median": 0.002},
+                           cells=(), bounded={})
+        lines = code8.round_observations(study, study, study, out=lambda line: None)
+        assert any(says in line for line in lines), lines
+
+
 # --- the script ---------------------------------------------------------------------------
 
 def test_quick_run_prints_every_table_within_100_columns():
@@ -164,7 +174,7 @@ def test_quick_run_prints_every_table_within_100_columns():
     results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
     assert "表 (1)" in out and "表 (2)" in out and "表 (3)" in out
     assert all(display_width(line) <= 100 for line in out.splitlines())
-    assert set(results["table"]) == {(a, t) for a in ("mean", "median", "krum") for t in ("none", "alie")}
+    assert set(results["table"]) == {(a, t) for a in ("mean", "median", "trimmed-mean") for t in ("none", "alie")}
 
 
 @pytest.mark.parametrize("argv, says", [

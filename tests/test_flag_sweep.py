@@ -32,6 +32,12 @@ SWEEPS = {
         ["--demo", "1", "--quick", "--global-batch", "8", "--second-batch", "0", "--micro-batches", "1"],
         ["--demo", "1", "--quick", "--intra-gbps", "100000", "--inter-gbps", "100000", "100000"],
     ],
+    "08_byzantine.py": [
+        ["--quick", "--workers", "3", "--jobs", "1"], ["--quick", "--workers", "9", "--liars", "4", "--jobs", "1"],
+        ["--quick", "--bucket", "2", "--jobs", "1"], ["--quick", "--cc-tau", "1e-06", "--jobs", "1"],
+        ["--quick", "--cc-tau", "1000000", "--jobs", "1"],
+        ["--quick", "--seeds", "2", "--jobs", "1", "--model-seed", "3"],
+    ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 
