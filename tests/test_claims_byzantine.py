@@ -1,0 +1,71 @@
+"""Claims tests for code 8 (08_byzantine.py) and notes §7.17, row by row: each sentence of
+the section that states a figure or a comparison is checked on the default run (about a
+minute on 2 cores), in the precision `auto` picks and with a stated tolerance."""
+
+import re
+
+import pytest
+
+from conftest import LECTURE09, ROOT, load_script, main_quietly
+
+pytestmark = pytest.mark.slow
+
+code8 = load_script(LECTURE09 / "08_byzantine.py")
+NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+B = code8.BOUND_UNITS
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return main_quietly(code8.main, [])[0]
+
+
+@pytest.fixture(scope="module")
+def section():
+    text = NOTES.read_text(encoding="utf-8")
+    start = text.index("### 7.17")
+    return text[start:text.index("## 参考文献", start)]
+
+
+def test_the_tiny_dense_upload_and_its_two_controls(default_run, section):
+    study, control, dense = default_run["study"], default_run["control"], default_run["dense"]
+    adam = study.cell("mean", "tiny-dense").influence
+    assert 20 <= adam <= 45                                         # "约 30 个单位"
+    assert control.cell("mean", "tiny-dense").influence <= 1.5       # "只剩约 1 个单位"
+    assert dense.cell("mean", "tiny-dense").influence <= 1.5
+    assert "约 30 个单位" in section and "只剩约 1 个单位" in section
+
+
+def test_what_bounds_what_in_one_round(default_run, section):
+    study = default_run["study"]
+    attacks = {c.attack for c in study.cells}
+    for name in ("median", "trimmed-mean"):                          # "六种攻击都压在 2 个单位以内"
+        assert all(study.cell(name, a).influence <= B for a in attacks), name
+    for name in ("krum", "multi-krum", "centered-clip"):             # they let tiny-dense through
+        assert study.cell(name, "tiny-dense").influence > 5 * B, name
+    assert study.cell("krum", "tiny-dense").picked_liar and study.cell("multi-krum", "tiny-dense").picked_liar
+    assert 5 <= study.bounded["tiny-dense"] <= 15                    # "|Δw| 封顶 ... 约 10 个单位"
+    assert 0.03 <= study.nonzero["mean"] <= 0.06 and study.nonzero["median"] <= 0.005   # 约 4% / 约 0.2%
+    assert "六种攻击都压在 2 个单位以内" in section and "约 10 个单位" in section
+
+
+def deltas(table, key):
+    return table[key][1]
+
+
+def test_training_costs_and_attacks(default_run, section):
+    table, topk = default_run["table"], default_run["compressed"]
+    tol = 0.01
+    for name in ("median", "trimmed-mean", "krum", "centered-clip"):          # every one costs something
+        assert all(d > 0 for d in deltas(table, (name, "none"))), name
+    assert all(d > tol for d in deltas(table, ("krum", "none")))
+    assert all(d > tol for d in deltas(table, ("mean", "sign-flip")))
+    assert all(d > tol for d in deltas(table, ("mean", "alie")))
+    for attack in ("sign-flip", "alie"):                                    # "没有一个 ... 都比平均好"
+        for name in ("median", "trimmed-mean", "krum", "centered-clip"):
+            better = [a - b < -tol for a, b in zip(deltas(table, (name, attack)), deltas(table, ("mean", attack)))]
+            assert not all(better), (name, attack)
+    assert all(d > 0.3 for d in deltas(topk, ("median", "none")))          # median on top-k: +0.49..+0.51
+    assert all(d > 0.1 for d in deltas(topk, ("trimmed-mean", "none")))    # +0.19..+0.20
+    assert all(0 < d < 0.1 for d in deltas(topk, ("mean", "tiny-dense")))  # "训练只差 +0.02..+0.04"
+    assert re.search(r"没有一个稳健聚合器在每组种子上都比平均好", section)
