@@ -14,7 +14,8 @@ import pytest
 from lecture01.tiny_gpt import load_world_tokens
 from lecture09.compress import compression as c
 from lecture09.swarm import swarm_protocol
-from lecture09.swarm.swarm_protocol import AuthThrottle, Rejection, ServerConfig, WorkerConfig, read_head
+from lecture09.swarm.swarm_head import read_head
+from lecture09.swarm.swarm_protocol import AuthThrottle, Rejection, ServerConfig, WorkerConfig
 from lecture09.swarm.swarm_worker import GaveUp, Worker, call_with_retry, http_call
 from test_swarm_http import TOKEN, assert_valid_round, payload_for, post
 from test_swarm_robustness import address, make_server

@@ -427,7 +427,7 @@ def test_small_run_fits_a_projector():
     wide = [line for line in (done.stdout + done.stderr).splitlines() if display_width(line) > LINE_WIDTH]
     assert not wide, wide[:3]
     rows = [line for line in done.stdout.splitlines()
-            if swarm_http.re.match(r"^(none|topk|topk-int8)\s.*\s(\d\.\d{4})\s*$", line)]
+            if re.match(r"^(none|topk|topk-int8)\s.*\s(\d\.\d{4})\s*$", line)]
     assert len(rows) == 3   # tests/test_claims.py reads table (1) this way
 
 
@@ -463,7 +463,7 @@ def test_serve_and_worker_by_parts_then_ctrl_c_each(tmp_path):
                     "--checkpoint-dir", str(tmp_path))
     try:
         first = server.stdout.readline()
-        url = swarm_http.re.search(r"http://127\.0\.0\.1:\d+", first).group(0)
+        url = re.search(r"http://127\.0\.0\.1:\d+", first).group(0)
         hint = server.stdout.readline() + server.stdout.readline()
         assert "python3 code/lecture09/06_swarm_http.py --worker " + url in hint   # runs from where we are
         worker = _start("--worker", url, "--worker-id", "0", "--token", "class9")

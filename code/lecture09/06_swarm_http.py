@@ -61,15 +61,12 @@
 误差反馈：Seide et al. 2014；Lin et al. 2018（Deep Gradient Compression）。
 """
 
-import argparse
 import os
-import re
 import secrets
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
 try:
     import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
@@ -77,10 +74,12 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
-    run_main, float_in, int_in, non_negative_int, positive_float, positive_int, ratio,
+    run_main, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
-from lecture09.swarm.swarm_protocol import (TOKEN_PATTERN, WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
+from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
+                                         non_negative_float, server_url, token, wire_mode)
+from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
                                             WorkerConfig, read_token_file)
 
 # robust.aggregators.AGGREGATORS, written out so that --help needs no torch (a test checks they agree)
@@ -241,50 +240,6 @@ def run_worker_cli(args):
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
-
-non_negative_float = float_in(0, None)
-PORT = int_in(0, 65535)            # 0: let the OS pick a free port
-WORKER_ID = int_in(0, 99_999)      # seeds the batch generator as data_seed * 100_000 + id
-WORKER_COUNT = int_in(1, 64)       # each worker is a process
-
-
-def token(text):
-    if not TOKEN_PATTERN.fullmatch(text):
-        raise argparse.ArgumentTypeError("token 只能是 1-256 个 A-Z a-z 0-9 . _ ~ + / = - 字符 "
-                                         "(a token is 1-256 of these characters)")
-    return text
-
-
-def server_url(text):
-    parts = urlsplit(text)
-    try:
-        port = parts.port   # raises ValueError for a port that is not a number
-    except ValueError:
-        port = None
-    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
-        raise argparse.ArgumentTypeError(f"需要服务器地址 (expected a server URL like http://127.0.0.1:8000), "
-                                         f"got {text!r}")
-    return text
-
-
-def wire_mode(text):
-    """One of compression.WIRE_MODES (read when a value is parsed, so --help needs no torch)."""
-    from lecture09.compress.compression import WIRE_MODES
-    if text not in WIRE_MODES:
-        raise argparse.ArgumentTypeError(f"需要压缩方式 (expected one of {', '.join(WIRE_MODES)}), got {text!r}")
-    return text
-
-
-def mode_list(text):
-    """"all" or a comma list of distinct modes of compression.WIRE_MODES."""
-    from lecture09.compress.compression import WIRE_MODES
-    modes = list(WIRE_MODES) if text.strip() == "all" else [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in WIRE_MODES]
-    if not modes or bad or len(set(modes)) != len(modes):
-        raise argparse.ArgumentTypeError(f"需要 all 或不重复的压缩方式 (all, or a comma list of distinct modes "
-                                         f"from {','.join(WIRE_MODES)}), got {text!r}")
-    return modes
-
 
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {

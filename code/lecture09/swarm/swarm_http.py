@@ -21,8 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from http.client import HTTPMessage
 
+from lecture09.swarm.swarm_head import read_head
 from lecture09.swarm.swarm_protocol import (HOST, REFUSALS, WORKER_ID_PATTERN, AuthThrottle, Rejection,
-                                            ServerConfig, check_framing, check_upload_request, read_head)
+                                            ServerConfig, check_framing, check_upload_request)
 from lecture09.swarm.swarm_server import ParameterServer
 
 WRITE_TIMEOUT_S = 30.0   # a client that stops reading our answer frees its thread after this

@@ -6,7 +6,7 @@ nothing here imports torch at module level (the payload check imports it when ca
 
     order  check (function here)                                      refusal
     0      the request line and each header line parse strictly
-           (read_head; RFC 9112 §3 and §5.1: token ":" OWS value OWS,
+           (swarm_head.read_head; RFC 9112 §3 and §5.1: token ":" OWS value OWS,
            no obs-fold, no control bytes, at most MAX_HEADER_LINES)   400 / 414 / 431 / 501 / 505
     1      framing: one Content-Length, no Transfer-Encoding, no bare
            CR in a header line, no repeated single-valued header
@@ -200,73 +200,6 @@ def next_move(code):
 # ---------------------------------------------------------------------------
 # The checks, in the order the server makes them
 # ---------------------------------------------------------------------------
-
-MAX_LINE_BYTES = 65_536     # longest request line or header line
-MAX_HEADER_LINES = 100
-METHODS = ("GET", "POST")
-TCHAR = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
-REQUEST_LINE = re.compile(rb"(" + TCHAR + rb"+) (\S+) (HTTP/[0-9]\.[0-9])\r\n")
-HEADER_LINE = re.compile(rb"(" + TCHAR + rb"+):[ \t]*(.*?)[ \t]*\r\n", re.DOTALL)
-CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")   # all but HTAB; obs-text (0x80-0xFF) is allowed
-
-
-@dataclass(frozen=True)
-class Head:
-    method: str
-    target: str
-    version: str
-    headers: list       # (name, value) pairs in order, as latin-1 text
-    raw_lines: list     # the header lines as bytes, as they came off the socket
-
-
-def read_head(readline):
-    """0. The request line and the header block, read with readline(limit) -> bytes.
-
-    Strict, as RFC 9112 asks of a server that must not be read two ways: every line ends
-    in CRLF; the request line is `method SP target SP HTTP/x.y`; every header line is
-    `token ":" OWS value OWS` (OWS = SP / HTAB only), so a space before the colon, a line
-    with no colon, a continuation line (obs-fold) or a control byte is refused, not skipped.
-    Returns a Head, or None when the client closed before sending anything."""
-    line = readline(MAX_LINE_BYTES + 1)
-    if not line:
-        return None
-    if len(line) > MAX_LINE_BYTES:
-        raise Rejection("uri_too_long", f"request line longer than {MAX_LINE_BYTES} bytes")
-    match = REQUEST_LINE.fullmatch(line)
-    if not match:
-        raise Rejection("bad_request_line", "request line must be 'METHOD /path HTTP/1.1' ending in CRLF")
-    method, target, version = (part.decode("latin-1") for part in match.groups())
-    if version not in ("HTTP/1.0", "HTTP/1.1"):
-        if version[5] == "1" or version[5] == "0":
-            raise Rejection("bad_request_line", f"unknown HTTP version {version}")
-        raise Rejection("unsupported_version", f"{version} is not supported: use HTTP/1.1")
-    headers, raw_lines = [], []
-    while True:
-        line = readline(MAX_LINE_BYTES + 1)
-        if line in (b"\r\n", b""):
-            if not line:
-                raise Rejection("malformed_header", "the connection closed inside the header block")
-            break
-        if len(line) > MAX_LINE_BYTES or len(raw_lines) >= MAX_HEADER_LINES:
-            raise Rejection("headers_too_large", f"at most {MAX_HEADER_LINES} header lines of "
-                                                 f"{MAX_LINE_BYTES} bytes each")
-        raw_lines.append(line)
-        if b"\r" in line[:-2]:
-            # http.client splits lines on LF only, and email's parser then also on a lone
-            # CR, so "X-Loss: 1\rX-Worker-Id: eve" would smuggle a header past a proxy.
-            raise Rejection("ambiguous_request", "a header line contains a bare CR")
-        match = HEADER_LINE.fullmatch(line)
-        if not match or CONTROL_BYTES.search(match.group(2)):
-            shown = line[:40].decode("latin-1").encode("unicode_escape").decode()
-            raise Rejection("malformed_header", f"header line {len(raw_lines)} is not 'Name: value' "
-                                                f"(RFC 9112 §5.1): {shown!r}")
-        headers.append(tuple(part.decode("latin-1") for part in match.groups()))
-    if method not in METHODS:   # methods are case-sensitive: "get" is not GET
-        raise Rejection("unsupported_method", f"method {method} is not supported: only {' and '.join(METHODS)}")
-    if not target.startswith("/"):
-        raise Rejection("bad_request_line", "the request target must be a path starting with /")
-    return Head(method, target, version, headers, raw_lines)
-
 
 class AuthThrottle:
     """Wrong tokens per client address: at most `allowed` in any `window_s`; beyond, every

@@ -1,0 +1,53 @@
+"""The value types of code 6's flags (lecture 9, §7.11): each refuses a bad value at parse
+time with one line (argparse turns the ArgumentTypeError into exit status 2). No torch at
+import: --help answers at once; the compression modes are looked up when a value is parsed.
+"""
+
+import argparse
+from urllib.parse import urlsplit
+
+from lecture01.cli_args import float_in, int_in
+from lecture09.swarm.swarm_protocol import TOKEN_PATTERN
+
+non_negative_float = float_in(0, None)
+PORT = int_in(0, 65535)            # 0: let the OS pick a free port
+WORKER_ID = int_in(0, 99_999)      # seeds the batch generator as data_seed * 100_000 + id
+WORKER_COUNT = int_in(1, 64)       # each worker is a process
+
+
+def token(text):
+    if not TOKEN_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError("token 只能是 1-256 个 A-Z a-z 0-9 . _ ~ + / = - 字符 "
+                                         "(a token is 1-256 of these characters)")
+    return text
+
+
+def server_url(text):
+    parts = urlsplit(text)
+    try:
+        port = parts.port   # raises ValueError for a port that is not a number
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise argparse.ArgumentTypeError(f"需要服务器地址 (expected a server URL like http://127.0.0.1:8000), "
+                                         f"got {text!r}")
+    return text
+
+
+def wire_mode(text):
+    """One of compression.WIRE_MODES (read when a value is parsed, so --help needs no torch)."""
+    from lecture09.compress.compression import WIRE_MODES
+    if text not in WIRE_MODES:
+        raise argparse.ArgumentTypeError(f"需要压缩方式 (expected one of {', '.join(WIRE_MODES)}), got {text!r}")
+    return text
+
+
+def mode_list(text):
+    """"all" or a comma list of distinct modes of compression.WIRE_MODES."""
+    from lecture09.compress.compression import WIRE_MODES
+    modes = list(WIRE_MODES) if text.strip() == "all" else [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in WIRE_MODES]
+    if not modes or bad or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"需要 all 或不重复的压缩方式 (all, or a comma list of distinct modes "
+                                         f"from {','.join(WIRE_MODES)}), got {text!r}")
+    return modes
