@@ -120,6 +120,10 @@ def test_attacks_by_hand():
                           torch.tensor([2 + 1.5 * math.sqrt(2), 4 + 1.5 * math.sqrt(8)]))
     tiny = attacks.make("tiny-dense")(vecs([0.0] * 1000), honest)[0]
     assert set(tiny.abs().tolist()) == {torch.tensor(attacks.TINY).item()} and 400 < int((tiny > 0).sum()) < 600
+    fixed = attacks.make("tiny-dense-fixed")
+    assert torch.equal(fixed(vecs([0.0] * 50), honest)[0], fixed(vecs([0.0] * 50), honest)[0])   # same signs
+    loose = attacks.make("tiny-dense")
+    assert not torch.equal(loose(vecs([0.0] * 50), honest)[0], loose(vecs([0.0] * 50), honest)[0])
     replay = attacks.make("replay")
     assert torch.equal(replay(own, honest)[0], own[0])            # round 1: nothing to replay
     assert torch.equal(replay(own, vecs([9, 9], [0, 0]))[0], honest[0])   # round 2: round 1's honest[0]

@@ -72,7 +72,7 @@ def test_the_round_has_a_cell_per_aggregator_and_attack(study):
     adamw, sgd = study
     from lecture09.robust import aggregators, attacks
     assert {(c.aggregator, c.attack) for c in adamw.cells} == {
-        (a, t) for a in aggregators.AGGREGATORS for t in attacks.ATTACKS if t != "none"}
+        (a, t) for a in aggregators.AGGREGATORS for t in attacks.ATTACKS if t not in ("none", "tiny-dense-fixed")}
     assert adamw.kept["mean"] == pytest.approx(1.0)
     # the median of 8 sparse top-k uploads keeps fewer nonzero entries than their mean
     assert adamw.nonzero["median"] < adamw.nonzero["mean"] <= 8 * 0.01 + 1e-9
@@ -155,6 +155,13 @@ def test_training_observations_follow_the_verdicts():
     out = code8.training_observations(table, {}, settings, out=lambda line: None)
     assert "median 变差（Δ +0.045）" in out[0]
     assert "alie：平均变差（Δ +0.250）；比平均好的：median" in out[1]       # krum better on one seed only
+    compressed = {("mean", "none"): entry([0, 0]), ("mean", "tiny-dense"): entry([0.02, 0.03]),
+                  ("mean", "tiny-dense-fixed"): entry([0.1, 0.15])}
+    out = code8.training_observations(table, compressed, settings, out=lambda line: None)
+    assert "差得更多（两者之差 +0.100）：各轮的推动方向一致时会积累起来" in out[-1]
+    compressed[("mean", "tiny-dense-fixed")] = entry([0.025, 0.028])
+    out = code8.training_observations(table, compressed, settings, out=lambda line: None)
+    assert "和随机符号差不多" in out[-1] and "积累" not in out[-1]
 
 
 def test_the_median_line_says_what_n_needs():

@@ -42,10 +42,10 @@ from lecture09.compress import training_flags  # noqa: E402
 SGD_LR = 0.3          # swarm.influence.SGD_LR: the control row's plain SGD (tests check they agree)
 # Written out so that --help needs no torch (tests check them against the registries).
 AGGREGATOR_NAMES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clip")
-ATTACK_NAMES = ("none", "sign-flip", "alie", "ipm", "tiny-dense", "gaussian", "replay")
+ATTACK_NAMES = ("none", "sign-flip", "alie", "ipm", "tiny-dense", "tiny-dense-fixed", "gaussian", "replay")
 DEFAULTS = dict(training_flags.DEFAULTS, steps=60, workers=8, liars=1, warm_steps=30, cc_tau=1.0, bucket=0,
                 aggregators=("mean", "median", "trimmed-mean", "krum", "centered-clip"),
-                attacks=("none", "sign-flip", "alie"), compressed_attacks=("none", "tiny-dense"),
+                attacks=("none", "sign-flip", "alie"), compressed_attacks=("none", "tiny-dense", "tiny-dense-fixed"),
                 compressed_aggregators=("mean", "median", "trimmed-mean"))
 QUICK = dict(steps=4, warm_steps=3, aggregators=["mean", "median", "trimmed-mean"], attacks=["none", "alie"],
              compressed_aggregators=["mean", "median"])
@@ -236,6 +236,15 @@ def training_observations(table, compressed, settings, out=print_wrapped, start=
         keys = [k for k in compressed if k != next(iter(compressed))]
         lines.append(f"工作者发 {settings.compressed_scheme} 时（表 (3)）：" + "；".join(
             f"{k[0]}/{k[1]} {said(k, compressed)}" for k in keys) + "。")
+        pair = ("mean", "tiny-dense"), ("mean", "tiny-dense-fixed")
+        if all(k in compressed for k in pair):
+            diff = [b - a for a, b in zip(compressed[pair[0]][1], compressed[pair[1]][1])]
+            verdict = cdp.verdict(diff)
+            lines.append("同样的微小稠密上传，每一轮用同一组符号时，平均的训练"
+                         + {"worse": "差得更多", "better": "反而差得少", "same": "和随机符号差不多",
+                            "unclear": "和随机符号比说不清（种子之间不一致）"}[verdict]
+                         + f"（两者之差 {signed(sum(diff) / len(diff))}）"
+                         + ("：各轮的推动方向一致时会积累起来，随机符号的推动互相抵消。" if verdict == "worse" else "。"))
     for k, line in enumerate(lines, start):
         out(f" {k}. {line}")
     return lines
@@ -262,6 +271,8 @@ def parse_args(argv=None):
     p.add_argument("--compressed-aggregators", nargs="+", choices=AGGREGATOR_NAMES,
                    default=list(d["compressed_aggregators"]), metavar="A",
                    help="表 (3)（工作者发 top-k）的聚合器 aggregators of table (3) (default %(default)s)")
+    p.add_argument("--compressed-attacks", nargs="+", choices=ATTACK_NAMES, default=list(d["compressed_attacks"]),
+                   metavar="T", help="表 (3) 的攻击 attacks of table (3) (default %(default)s)")
     p.add_argument("--warm-steps", type=int_in(1, 1000), default=d["warm_steps"],
                    help="表 (1) 量那一轮之前的诚实训练步数 honest warm-up steps (default %(default)s)")
     p.add_argument("--bucket", type=int_in(0, 32), default=d["bucket"],
@@ -288,7 +299,7 @@ def parse_args(argv=None):
                     aggregators=tuple(dict.fromkeys(["mean"] + args.aggregators)),
                     attacks=tuple(dict.fromkeys(["none"] + args.attacks)),
                     compressed_aggregators=tuple(dict.fromkeys(["mean"] + args.compressed_aggregators)),
-                    compressed_attacks=DEFAULTS["compressed_attacks"])
+                    compressed_attacks=tuple(dict.fromkeys(["none"] + args.compressed_attacks)))
 
 
 def main(argv=None):

@@ -16,6 +16,7 @@ vectors (what the receiver decodes) and their own honest gradient. An attack is 
     tiny-dense   +-1e-4 in every entry, a random sign each: 0.7% of the upload clip cap,
                  yet AdamW moves every entry whose running second moment is near zero by
                  about its learning rate (issue measured 4.35x an honest round)
+    tiny-dense-fixed   the same, with the same signs every round (so the pushes add up)
     gaussian     N(0, 1) in every entry (the clip cap then scales it down)
     replay       last round's honest upload of worker 0, sent again (a stale but honest
                  vector; under another worker's identity the swarm must refuse it)
@@ -79,17 +80,25 @@ class IPM:
 
 class TinyDense:
     name = "tiny-dense"
+    fixed = False          # True: the same signs every round
 
     def __init__(self, size=TINY, seed=0):
-        self.size = size
+        self.size, self.seed = size, seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def __call__(self, own, honest):
+        if self.fixed:
+            self.generator.manual_seed(self.seed)
         out = []
         for v in own:
             signs = torch.randint(0, 2, v.shape, generator=self.generator).float() * 2 - 1
             out.append(signs * self.size)
         return out
+
+
+class TinyDenseFixed(TinyDense):
+    name = "tiny-dense-fixed"
+    fixed = True
 
 
 class Gaussian:
@@ -117,11 +126,11 @@ class Replay:
         return [source.clone() for _ in own]
 
 
-ATTACKS = {cls.name: cls for cls in (NoAttack, SignFlip, ALIE, IPM, TinyDense, Gaussian, Replay)}
+ATTACKS = {cls.name: cls for cls in (NoAttack, SignFlip, ALIE, IPM, TinyDense, TinyDenseFixed, Gaussian, Replay)}
 
 
 def make(name, seed=0):
     if name not in ATTACKS:
         raise AttackError(f"unknown attack {name!r}; expected one of {tuple(ATTACKS)}")
     cls = ATTACKS[name]
-    return cls(seed=seed) if cls in (TinyDense, Gaussian) else cls()
+    return cls(seed=seed) if cls in (TinyDense, TinyDenseFixed, Gaussian) else cls()
