@@ -36,11 +36,11 @@ QUOTED_RANGES = {("adamw", "int8", False): "一个缩放因子 ≈+0.002（−0.
                  ("adamw", "int8-block", False): "按块 ≈+0.0001（−0.0002..+0.0003）",
                  ("adamw", "powersgd", True, 1): "Δ ≈+1.14（+1.11..+1.17）",
                  ("adamw", "powersgd", True, 4): "Δ ≈+0.43（+0.41..+0.46）",
-                 ("adamw-frozen-v", "none", False): "Δ ≈+0.072（+0.060..+0.081）",
+                 ("adamw-frozen-v-avgclip", "none", False): "Δ ≈−0.040（−0.049..−0.033）",
                  ("diloco", "none", False, 5): "≈+0.85（+0.81..+0.93）",
                  ("diloco", "none", False, 25): "≈+0.35（+0.32..+0.39）",
                  ("diloco", "none", False, 100): "≈+0.54（+0.51..+0.58）",
-                 ("onebit-adam", "sign-l2", False): "比每步通信的 AdamW 差 ≈0.088（+0.073..+0.098）"}
+                 ("onebit-adam", "sign-l2", False): "比每步通信的 AdamW 差 ≈0.087（+0.073..+0.098）"}
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +93,13 @@ def test_claims_of_the_notes_hold(runs, name):
     ranks = sorted(k for k in t if k[1] == "powersgd")
     assert _delta(r, ranks[0]) > _delta(r, ranks[-1]) > TOL                 # lower rank, worse; both worse
     frozen, onebit = _delta(r, ("adamw-frozen-v", "none", False)), _delta(r, ("onebit-adam", "sign-l2", False))
-    assert frozen > TOL and onebit > TOL and abs(onebit - frozen) < frozen    # most of it is the freezing
+    avgclip = _delta(r, ("adamw-frozen-v-avgclip", "none", False))
+    assert avgclip < -TOL                                                  # freezing alone helps here
+    assert frozen - avgclip > onebit - frozen > TOL                        # most of it is the per-worker clipping
     diloco = {k[3]: _delta(r, k) for k in t if k[0] == "diloco" and k[1] == "none"}
     assert all(d > TOL for d in diloco.values())
     assert diloco[5] > diloco[25]                                          # outer momentum overshoots at small H
     assert abs(_delta(r, ("diloco", "int8", False, 25)) - diloco[25]) <= TOL
-    others = [k for k in t if k[1] not in ("int8", "int8-block") and k != ("adamw", "none", False)]
+    others = [k for k in t if k[1] not in ("int8", "int8-block") and k != ("adamw", "none", False)
+              and k != ("adamw-frozen-v-avgclip", "none", False)]
     assert all(_delta(r, k) > TOL for k in others)                         # "only the int8 rows stay within"

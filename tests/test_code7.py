@@ -30,6 +30,7 @@ def test_quick_run_has_every_row_and_pairs_against_the_baseline(quick_run):
     assert keys[0] == ("adamw", "none", False)
     assert {("adamw", "int8-block", False), ("adamw", "powersgd", True, 1), ("adamw", "powersgd", True, 4),
             ("onebit-adam", "sign-l2", False), ("adamw-frozen-v", "none", False),
+            ("adamw-frozen-v-avgclip", "none", False),
             ("diloco", "none", False, 2), ("diloco", "int8", False, 6)} <= set(keys)
     base = table[keys[0]][1]
     for key in keys:
@@ -66,6 +67,16 @@ def test_words_follow_the_numbers(quick_run):
         if key[0] == "adamw" and key[1] == "powersgd":
             word = "和每步AdamW差不多" if abs(delta) <= tol else ("比每步AdamW差" if delta > 0 else "比每步AdamW好")
             assert _flat(f"秩{key[3]}每步每个参数{table[key][1][0].bytes_per_element:.3f}字节，{word}") in flat
+    # observation 3 reads 1-bit Adam in three parts, each a paired difference of two rows
+    d = {k: table[k][2][0] for k in [("onebit-adam", "sign-l2", False), ("adamw-frozen-v", "none", False),
+                                     ("adamw-frozen-v-avgclip", "none", False)]}
+    clip = d[("adamw-frozen-v", "none", False)] - d[("adamw-frozen-v-avgclip", "none", False)]
+    compress = d[("onebit-adam", "sign-l2", False)] - d[("adamw-frozen-v", "none", False)]
+    from lecture09.compress.compressed_dp import verdict
+    said = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好", "unclear": "的影响在种子之间不一致"}
+    assert _flat(f"各自裁剪（1-bit Adam 只能这样") in flat
+    assert _flat(f"{said[verdict([clip])]}（{code7._signed(clip)}）；再加上 1 bit 的压缩"
+                 f"{said[verdict([compress])]}（{code7._signed(compress)}）") in flat
     costs = results["costs"]
     fastest = min(costs, key=lambda k: costs[k][1])
     assert _flat(f"“{table[fastest][0].label}”（{costs[fastest][1]:.2f}秒）") in flat

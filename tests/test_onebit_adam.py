@@ -1,6 +1,7 @@
 """1-bit Adam against plain references: its warm-up is torch's AdamW, and its compressed
 phase equals a direct transcription of Tang et al.'s algorithm, step by step."""
 
+import pytest
 import torch
 
 from lecture09.compress import onebit_adam as ob
@@ -89,3 +90,29 @@ def test_compressed_phase_equals_the_written_out_algorithm():
 def test_sign_scheme_is_the_registry_row():
     x = torch.tensor([3.0, -4.0])
     assert torch.allclose(compress_vector(x, "sign-l2")[0], torch.tensor([1.0, -1.0]) * 5 / 2 ** 0.5)
+
+
+def test_frozen_variance_clipping_the_average_is_adamw_with_v_frozen():
+    """The control row of code 7: after warm-up, v stays at its warm-up value and the
+    averaged gradient is clipped, as every-step AdamW clips it; written out by hand."""
+    b1, b2, lr, wd, warmup = 0.9, 0.95, 0.01, 0.1, 3
+    opt = ob.OneBitAdam(SHAPES, DECAY, 2, warmup=warmup, beta1=b1, beta2=b2, weight_decay=wd, clip_norm=1.0,
+                        compress=False, clip_average=True)
+    theta = torch.zeros(16)
+    m, v, ref = torch.zeros(16), torch.zeros(16), torch.zeros(16)
+    frozen = None
+    for step in range(1, 8):
+        grads = grads_at(step)
+        g = ob.clip_flat((grads[0] + grads[1]) / 2, 1.0)
+        m = b1 * m + (1 - b1) * g
+        if step <= warmup:
+            v = b2 * v + (1 - b2) * g * g
+            denominator = (v / (1 - b2 ** step)).sqrt() + ob.EPS
+        else:
+            frozen = (v / (1 - b2 ** warmup)).sqrt() + ob.EPS if frozen is None else frozen
+            denominator = frozen
+        ref = ref * (1 - lr * wd * DECAY) - (lr / (1 - b1 ** step)) * m / denominator
+        theta, _ = opt.step(theta, grads, lr)
+        assert torch.allclose(theta, ref, atol=1e-7), step
+    with pytest.raises(ValueError, match="compresses before any average"):
+        ob.OneBitAdam(SHAPES, DECAY, 2, 3, b1, b2, wd, 1.0, compress=True, clip_average=True)

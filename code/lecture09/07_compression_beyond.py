@@ -15,7 +15,7 @@ and what each buys on demo 1's slow network.
 对应讲义 (notes): lectures/lecture09_distributed_training.md §7.12–§7.16
 
 运行 (run):
-    python3 code/lecture09/07_compression_beyond.py              # 11 个模型，各 300 步（2 核约 1–2 分钟）
+    python3 code/lecture09/07_compression_beyond.py              # 12 个模型，各 300 步（2 核约 1–2 分钟）
     python3 code/lecture09/07_compression_beyond.py --seeds 3    # 每行 3 组种子：平均和范围
     python3 code/lecture09/07_compression_beyond.py --powersgd-ranks 1 2 4 --diloco-h 10 50
     python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，几秒钟（测试用）
@@ -73,7 +73,8 @@ def build_rows(settings):
             Row(Run("int8-block", "adamw", "int8-block"), f"int8（每 {settings.train.block_size} 个一块）")]
     rows += [Row(Run(f"PowerSGD r{r}", "adamw", "powersgd", True, r), f"PowerSGD 秩 rank {r}，误差反馈")
              for r in settings.powersgd_ranks]
-    rows += [Row(Run("adamw-frozen-v", "adamw-frozen-v", "none"), "AdamW 冻结方差，不压缩"),
+    rows += [Row(Run("adamw-frozen-v-avgclip", "adamw-frozen-v-avgclip", "none"), "AdamW 冻结方差，裁剪平均"),
+             Row(Run("adamw-frozen-v", "adamw-frozen-v", "none"), "AdamW 冻结方差，各自裁剪"),
              Row(Run("1-bit Adam", "onebit-adam", "sign-l2"), "1-bit Adam，冻结 v，1 bit 动量")]
     steps = settings.train.steps
     rows += [Row(Run(f"DiLoCo H{h}", "diloco", "none", param=h), diloco_label(h, steps), steps_per_sync(h, steps))
@@ -276,12 +277,20 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
     out(" 2. PowerSGD（每个矩阵只发 P、Q 两个细长的因子，向量照发）：" + "；".join(
         f"秩 {r} 每步每个参数 {table[key][1][0].bytes_per_element:.3f} 字节，{d(key)}"
         for r in settings.powersgd_ranks for key in [("adamw", "powersgd", True, r)]) + "。")
-    freeze_minus = [a - b for a, b in zip(table[onebit][2], table[frozen][2])]
-    comp_words = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好",
-                  "unclear": "的影响在种子之间不一致"}[cdp.verdict(freeze_minus)]
-    out(f" 3. 1-bit Adam {d(onebit)}；同样冻结方差但不压缩的 AdamW {d(frozen)}。两者之差"
-        f"（{_signed(sum(freeze_minus) / len(freeze_minus)) if all(map(math.isfinite, freeze_minus)) else '—'}）"
-        f"才是压缩本身的作用：压缩{comp_words}；其余是冻结方差（和每个工作者各自裁剪梯度）带来的。")
+    avgclip = ("adamw-frozen-v-avgclip", "none", False)
+
+    def part(a, b):
+        """(words, mean text) for row a minus row b, paired per seed."""
+        diff = [x - y for x, y in zip(table[a][2], table[b][2])]
+        words = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好",
+                 "unclear": "的影响在种子之间不一致"}[cdp.verdict(diff)]
+        return words, _signed(sum(diff) / len(diff)) if all(map(math.isfinite, diff)) else "—"
+
+    compress_words, compress_text = part(onebit, frozen)
+    clip_words, clip_text = part(frozen, avgclip)
+    out(f" 3. 1-bit Adam {d(onebit)}。分三段读：只冻结方差（照常裁剪平均后的梯度）{d(avgclip)}；"
+        f"再改成每个工作者各自裁剪（1-bit Adam 只能这样：它压缩的是每个工作者自己的动量，那时还没有平均）"
+        f"{clip_words}（{clip_text}）；再加上 1 bit 的压缩{compress_words}（{compress_text}）。")
     out(" 4. DiLoCo（每 H 步才交换一次伪梯度）：" + "；".join(
         f"H = {h} {d(key)}，每次迭代 {costs[key][1]:.2f} 秒（数据中心的 {costs[key][1] / dc_total:.2f} 倍）"
         for h in settings.diloco_h for key in [("diloco", "none", False, h)]) + "。")

@@ -31,6 +31,8 @@ from lecture09.compress.training import (  # noqa: F401  (re-exported: one impor
 # Training loops of their own (the optimizer itself talks less): Run.optimizer -> train.
 VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=True),
             "adamw-frozen-v": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False),
+            "adamw-frozen-v-avgclip": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False,
+                                                                                   clip_average=True),
             "diloco": local_sgd.train}
 
 

@@ -15,7 +15,11 @@ linear in the gradient. 1-bit Adam's way round it:
 
 With compress=False the same loop averages the m_w exactly: "AdamW with the same frozen
 variance, uncompressed", so a table can separate what the freezing did from what the
-compression did. Warm-up steps send fp32 gradients; bytes are averaged over the run.
+compression did. It still clips each worker's gradient, as 1-bit Adam must (each worker
+compresses its own momentum: there is no averaged gradient to clip before that). With
+clip_average=True as well, it clips the averaged gradient instead, as every-step AdamW
+does: that row separates the freezing from the per-worker clipping. Warm-up steps send
+fp32 gradients; bytes are averaged over the run.
 """
 
 import math
@@ -44,10 +48,12 @@ class OneBitAdam:
     the flat order; decay: (n,) 1.0 where weight decay applies (2-D weights), else 0."""
 
     def __init__(self, shapes, decay, n_workers, warmup, beta1, beta2, weight_decay, clip_norm,
-                 compress=True):
+                 compress=True, clip_average=False):
+        if compress and clip_average:
+            raise ValueError("1-bit Adam clips each worker's gradient: it compresses before any average exists")
         self.shapes, self.decay, self.warmup = shapes, decay, warmup
         self.beta1, self.beta2, self.weight_decay, self.clip_norm = beta1, beta2, weight_decay, clip_norm
-        self.compress = compress
+        self.compress, self.clip_average = compress, clip_average
         n = decay.numel()
         self.m, self.v = torch.zeros(n), torch.zeros(n)
         self.worker_errors = [torch.zeros(n) for _ in range(n_workers)]
@@ -80,6 +86,12 @@ class OneBitAdam:
             if self.frozen_denominator is None:
                 self.frozen_denominator = (self.v / (1 - b2 ** self.warmup)).sqrt() + EPS
             denominator = self.frozen_denominator
+            if self.clip_average:   # the control: frozen v, but clipping the average, as AdamW does
+                g = clip_flat(sum(grads[1:], grads[0].clone()) / len(grads), self.clip_norm)
+                self.m = self.m * b1 + g * (1 - b1)
+                sent_bytes = parts_bytes({"": grads[0]})
+                theta = theta * (1 - lr * self.weight_decay * self.decay)
+                return theta - (lr / (1 - b1 ** self.t)) * self.m / denominator, sent_bytes
             momenta = [self.m * b1 + clip_flat(g, self.clip_norm) * (1 - b1) for g in grads]
             if self.compress:
                 sent = []
@@ -100,8 +112,9 @@ class OneBitAdam:
         return theta, sent_bytes
 
 
-def train(run, seeds, setup, compress):
-    """Train setup.model with 1-bit Adam (compress) or frozen-variance AdamW; a RunResult."""
+def train(run, seeds, setup, compress, clip_average=False):
+    """Train setup.model with 1-bit Adam (compress) or frozen-variance AdamW (clipping each
+    worker's gradient, or with clip_average the averaged one); a RunResult."""
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()
@@ -113,7 +126,7 @@ def train(run, seeds, setup, compress):
     decay = torch.cat([torch.full((p.numel(),), 1.0 if p.dim() >= 2 else 0.0) for p in params])
     warmup = max(1, round(setup.onebit_warmup * r.steps))
     optimizer = OneBitAdam([p.shape for p in params], decay, setup.n_workers, warmup, r.beta1, r.beta2,
-                           r.weight_decay, r.clip_norm, compress=compress)
+                           r.weight_decay, r.clip_norm, compress=compress, clip_average=clip_average)
     gen = torch.Generator().manual_seed(seeds.data)
     losses, total_bytes, diverged = [], 0, False
     model.train()
