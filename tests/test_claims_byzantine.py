@@ -30,23 +30,23 @@ def section():
 def test_the_tiny_dense_upload_and_its_two_controls(default_run, section):
     study, control, dense = default_run["study"], default_run["control"], default_run["dense"]
     adam = study.cell("mean", "tiny-dense").influence
-    assert 20 <= adam <= 45                                         # "约 30 个单位"
+    assert 22 <= adam <= 45                                         # "约 32 个单位"
     assert control.cell("mean", "tiny-dense").influence <= 1.5       # "只剩约 1 个单位"
     assert dense.cell("mean", "tiny-dense").influence <= 1.5
-    assert "约 30 个单位" in section and "只剩约 1 个单位" in section
+    assert "约 32 个单位" in section and "只剩约 1 个单位" in section
 
 
 def test_what_bounds_what_in_one_round(default_run, section):
     study = default_run["study"]
     attacks = {c.attack for c in study.cells}
-    for name in ("median", "trimmed-mean"):                          # "六种攻击都压在 2 个单位以内"
-        assert all(study.cell(name, a).influence <= B for a in attacks), name
+    assert all(study.cell("median", a).influence <= 1.0 for a in attacks)          # "都压在 1 个单位以内"
+    assert all(study.cell("trimmed-mean", a).influence <= 2.5 for a in attacks)    # "在 2 个单位上下"
     for name in ("krum", "multi-krum", "centered-clip"):             # they let tiny-dense through
         assert study.cell(name, "tiny-dense").influence > 5 * B, name
     assert study.cell("krum", "tiny-dense").picked_liar and study.cell("multi-krum", "tiny-dense").picked_liar
-    assert 5 <= study.bounded["tiny-dense"] <= 15                    # "|Δw| 封顶 ... 约 10 个单位"
+    assert 6 <= study.bounded["tiny-dense"] <= 18                    # "|Δw| 封顶 ... 约 12 个单位"
     assert 0.03 <= study.nonzero["mean"] <= 0.06 and study.nonzero["median"] <= 0.005   # 约 4% / 约 0.2%
-    assert "六种攻击都压在 2 个单位以内" in section and "约 10 个单位" in section
+    assert "六种攻击都压在 1 个单位以内" in section and "约 12 个单位" in section
 
 
 def deltas(table, key):

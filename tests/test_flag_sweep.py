@@ -37,6 +37,13 @@ SWEEPS = {
         ["--quick", "--bucket", "2", "--jobs", "1"], ["--quick", "--cc-tau", "1e-06", "--jobs", "1"],
         ["--quick", "--cc-tau", "1000000", "--jobs", "1"],
         ["--quick", "--seeds", "2", "--jobs", "1", "--model-seed", "3"],
+        # the measured round after more warm-up steps than the training has (its own schedule)
+        ["--steps", "2", "--warm-steps", "5", "--aggregators", "mean", "--attacks", "none",
+         "--compressed-aggregators", "mean", "--jobs", "1"],
+        # every attack and several seeds: table (2) wider than 100 columns is printed in parts
+        ["--steps", "1", "--warm-steps", "1", "--seeds", "2", "--aggregators", "mean", "--attacks", "none",
+         "sign-flip", "alie", "ipm", "tiny-dense", "tiny-dense-fixed", "gaussian", "replay",
+         "--compressed-aggregators", "mean", "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

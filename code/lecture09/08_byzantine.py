@@ -36,7 +36,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, given_flags, int_in, float_in, precision_from_args, run_main  # noqa: E402
-from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
+from lecture01.console import LINE_WIDTH, pad, print_header, print_wrapped  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
 SGD_LR = 0.3          # swarm.influence.SGD_LR: the control row's plain SGD (tests check they agree)
@@ -191,10 +191,28 @@ def print_training(title, settings, runs, results_iter, out=print_wrapped):
     out("格子里是 Δ = bits/字符 − 同种子的诚实平均（mean/none），正数 = 变差"
         + ("" if n_seeds == 1 else f"；{n_seeds} 组种子的范围 low..high")
         + f"。|Δ| ≤ {cdp.DELTA_TOLERANCE_BPC:g} 算差不多。")
-    widths = (14,) + (13,) * len(attack_names)
-    out(pad("聚合器", widths[0]) + "".join(pad(a, w, ">") for a, w in zip(attack_names, widths[1:])))
-    out("-" * sum(widths))
-    table, base = {}, None
+    cell_width = 8 if n_seeds == 1 else 13
+    widths = [max(cell_width, len(a) + 1) for a in attack_names]
+    # columns that fit 100 display columns together; rows stream when one group holds them all
+    groups, current = [], []
+    for k, w in enumerate(widths):
+        if current and 14 + sum(widths[j] for j in current) + w > LINE_WIDTH:
+            groups.append(current)
+            current = []
+        current.append(k)
+    groups.append(current)
+
+    def header(group):
+        out(pad("聚合器", 14) + "".join(pad(attack_names[k], widths[k], ">") for k in group))
+        out("-" * (14 + sum(widths[k] for k in group)))
+
+    def row(name, cells, group):
+        out(pad(name, 14) + "".join(pad(cells[k], widths[k], ">") for k in group))
+
+    streaming = len(groups) == 1
+    if streaming:
+        header(groups[0])
+    table, base, rows = {}, None, []
     for name in aggregator_names:
         cells = []
         for attack in attack_names:
@@ -204,15 +222,24 @@ def print_training(title, settings, runs, results_iter, out=print_wrapped):
             table[(name, attack)] = (results, deltas)
             cells.append(cell_text(deltas, n_seeds) if (name, attack) != (aggregator_names[0], attack_names[0])
                          else f"{cdp.Spread.of(r.bpc for r in results).mean:.4f}")
-        out(pad(name, widths[0]) + "".join(pad(c, w, ">") for c, w in zip(cells, widths[1:])))
-        sys.stdout.flush()
+        rows.append((name, cells))
+        if streaming:
+            row(name, cells, groups[0])
+            sys.stdout.flush()
+    if not streaming:
+        for number, group in enumerate(groups):
+            if number:
+                out("")
+            header(group)
+            for name, cells in rows:
+                row(name, cells, group)
     out(f"（左上角是诚实平均本身的 bits/字符{'' if n_seeds == 1 else '（各种子的平均）'}）")
     return table
 
 
 def training_observations(table, compressed, settings, out=print_wrapped, start=1):
     from lecture09.compress import compressed_dp as cdp
-    words = {"same": "差不多", "worse": "变差", "better": "变好", "unclear": "说不清（种子之间不一致）"}
+    words = {"same": "差不多", "worse": "变差", "better": "变好", "unclear": "说不清，种子之间不一致"}
 
     def said(key, source):
         deltas = source[key][1]

@@ -2,7 +2,8 @@
 (lecture 9, notes §7.17; code 08's table (1)).
 
 Train `warm_steps` honest rounds (mean of n workers' compressed gradients, AdamW: the
-swarm's setting), then take the next batch and, from that same state each time, one
+swarm's setting; lr schedule and data order those of a training run), then take the next
+batch and, from that same state each time, one
 optimizer step per aggregator x attack. Every upload is clipped to n x clip_norm first,
 as code 6's server does. What is measured, in L2 norm over all weights:
 
@@ -58,21 +59,37 @@ class RoundStudy:
         return next(c for c in self.cells if c.aggregator == aggregator and c.attack == attack)
 
 
+def schedule_steps(setup, warm_steps):
+    """The run the measured round belongs to: setup's steps, or one more than the warm-up
+    if that is longer. The round is its step number warm_steps, at that step's lr."""
+    return max(setup.recipe.steps, warm_steps + 1)
+
+
 def warmed_up(setup, scheme, warm_steps, seeds):
-    """(model, optimizer, train tokens, generator) after warm_steps honest mean rounds."""
+    """(model, optimizer, train tokens, batch generator) after warm_steps honest mean
+    rounds of a run of schedule_steps(...) steps: tiny_gpt.train's loop (its lr schedule,
+    clipping and data order), stopped after the warm-up; the generator continues it."""
     tiny_gpt.use_deterministic_threads()
     train_data, _ = world_tokens(setup.world_seed)
     model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     recipe = setup.recipe
     optimizer = tiny_gpt.make_adamw(model, recipe)
     stats = {"wire_bytes": 0, "sends": 0, "zeros": 0, "entries": 0}
-    honest = WorkerCompression(scheme, setup.n_workers, False, setup.options)
-    config = tiny_gpt.TrainConfig(steps=warm_steps, batch_size=recipe.batch_size, peak_lr=recipe.peak_lr,
-                                  weight_decay=recipe.weight_decay, beta1=recipe.beta1, beta2=recipe.beta2,
-                                  clip_norm=recipe.clip_norm, data_seed=seeds.data)
-    tiny_gpt.train(model, train_data, config, optimizer=optimizer,
-                   backward=compressed_backward(honest, setup.n_workers, stats, bf16=setup.precision == "bf16"))
-    gen = torch.Generator().manual_seed(seeds.data + 10_000)
+    backward = compressed_backward(WorkerCompression(scheme, setup.n_workers, False, setup.options),
+                                   setup.n_workers, stats, bf16=setup.precision == "bf16")
+    total = schedule_steps(setup, warm_steps)
+    gen = torch.Generator().manual_seed(seeds.data)
+    params = list(model.parameters())
+    model.train()
+    for step in range(warm_steps):
+        for group in optimizer.param_groups:
+            group["lr"] = tiny_gpt.lr_at(step, total, recipe.peak_lr)
+        x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, model.config.block_size, gen)
+        optimizer.zero_grad(set_to_none=True)
+        backward(model, x, y)
+        if recipe.clip_norm:
+            torch.nn.utils.clip_grad_norm_(params, recipe.clip_norm)
+        optimizer.step()
     return model, optimizer, train_data, gen
 
 
@@ -117,7 +134,8 @@ def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names
     if optimizer == "sgd":
         stepper, lr = torch.optim.SGD(model.parameters(), lr=SGD_LR), SGD_LR
     else:
-        stepper, lr = adamw, tiny_gpt.lr_at(warm_steps, setup.recipe.steps, setup.recipe.peak_lr)
+        stepper = adamw
+        lr = tiny_gpt.lr_at(warm_steps, schedule_steps(setup, warm_steps), setup.recipe.peak_lr)
     n = setup.n_workers
     x, y = tiny_gpt.get_batch(train_data, setup.recipe.batch_size, model.config.block_size, gen)
     grads, _ = worker_gradients(model, x, y, n, bf16=setup.precision == "bf16")
