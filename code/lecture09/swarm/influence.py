@@ -93,6 +93,24 @@ def warmed_up(setup, scheme, warm_steps, seeds):
     return model, optimizer, train_data, gen
 
 
+_WARMED = {}     # (setup, scheme, warm_steps, seeds) -> what warmed_up returned, kept pristine
+
+
+def warmed_up_once(setup, scheme, warm_steps, seeds):
+    """warmed_up, computed once per process for the same arguments (table (1) and its SGD
+    control start from the same warm-up); each caller gets its own copy of the state."""
+    key = (setup, scheme, warm_steps, seeds)
+    if key not in _WARMED:
+        model, optimizer, train_data, gen = warmed_up(setup, scheme, warm_steps, seeds)
+        _WARMED.clear()                        # one entry: the state is a model's worth of memory
+        _WARMED[key] = (model, optimizer, train_data, gen.get_state())
+    model, optimizer, train_data, gen_state = _WARMED[key]
+    model, optimizer = copy.deepcopy((model, optimizer))
+    gen = torch.Generator()
+    gen.set_state(gen_state)
+    return model, optimizer, train_data, gen
+
+
 SGD_LR = 0.3    # the control's plain SGD: training.TrainSetup().sgd_lr
 
 
@@ -130,7 +148,7 @@ def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names
     aggregator_names = aggregator_names or tuple(aggregators.AGGREGATORS)
     # tiny-dense-fixed differs from tiny-dense only from round to round: one round is the same
     attack_names = attack_names or tuple(a for a in attacks.ATTACKS if a not in ("none", "tiny-dense-fixed"))
-    model, adamw, train_data, gen = warmed_up(setup, scheme, warm_steps, seeds)
+    model, adamw, train_data, gen = warmed_up_once(setup, scheme, warm_steps, seeds)
     if optimizer == "sgd":
         stepper, lr = torch.optim.SGD(model.parameters(), lr=SGD_LR), SGD_LR
     else:
