@@ -1,8 +1,8 @@
 """Legal extreme flags, swept in quick settings: each run ends without a traceback and every
 line fits 100 display columns (issue 21: observations must stay true under any flag --help
 accepts; the branch each sentence takes is unit-tested beside its module's tests). Runs in
-this process (main(argv)), the scripts' cheap demos only: the training demos' extremes are
-in test_code5_observations.py, test_code7.py and test_data_parallel.py."""
+this process (main(argv)), the scripts' cheap demos and quick runs: more of the training
+demos' extremes are in test_code5_observations.py, test_code7.py and test_data_parallel.py."""
 
 import pytest
 
@@ -31,6 +31,16 @@ SWEEPS = {
         ["--demo", "1", "--quick", "--second-batch", "0"], ["--demo", "1", "--quick", "--network", "aws-regional"],
         ["--demo", "1", "--quick", "--global-batch", "8", "--second-batch", "0", "--micro-batches", "1"],
         ["--demo", "1", "--quick", "--intra-gbps", "100000", "--inter-gbps", "100000", "100000"],
+    ],
+    "06_swarm_http.py": [
+        ["--quick", "--workers", "1", "--modes", "none"], ["--quick", "--update", "async", "--modes", "topk"],
+        ["--quick", "--modes", "topk", "--aggregator", "median", "--attack", "tiny-dense"],
+        ["--quick", "--workers", "3", "--modes", "topk-int8", "--aggregator", "trimmed-mean", "--attack", "replay"],
+    ],
+    "07_compression_beyond.py": [
+        ["--steps", "1", "--diloco-h", "1", "--diloco-compressed-h", "1", "--powersgd-ranks", "64", "--jobs", "1"],
+        ["--quick", "--block-size", "1", "--jobs", "1"], ["--quick", "--outer-momentum", "0", "--outer-lr", "10", "--jobs", "1"],
+        ["--quick", "--onebit-warmup", "0.99", "--jobs", "1"],
     ],
     "08_byzantine.py": [
         ["--quick", "--workers", "3", "--jobs", "1"], ["--quick", "--workers", "9", "--liars", "4", "--jobs", "1"],

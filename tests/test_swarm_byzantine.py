@@ -255,3 +255,11 @@ def test_robust_flags_that_cannot_work_are_one_line(argv, says):
     done = subprocess.run([sys.executable, str(LECTURE09 / "06_swarm_http.py"), *argv], capture_output=True,
                           text=True, cwd=str(ROOT.parent), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+
+
+def test_quick_takes_the_workers_a_robust_aggregator_needs(capsys):
+    """--quick runs 2 workers; a median for f = 1 needs 3, so --quick takes 3 and says so."""
+    assert swarm_http.parse_args(["--quick"]).workers == 2
+    args = swarm_http.parse_args(["--quick", "--aggregator", "median"])
+    assert args.workers == 3 and "--quick uses 3 workers" in capsys.readouterr().err
+    assert swarm_http.parse_args(["--quick", "--aggregator", "krum"]).workers == 5

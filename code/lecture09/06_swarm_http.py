@@ -127,7 +127,9 @@ def run_default(args):
     import lecture09.swarm.swarm_worker  # noqa: F401  (imported before the pool forks: the workers have it)
 
     torch.set_num_threads(1)
-    plan = churn_plan(args.steps, args.workers) if args.update == "sync" else None
+    # Table (3) kills one worker: with a robust aggregator the rest must still fill a round
+    floor = server_config_from(args, None).round_floor
+    plan = churn_plan(args.steps, args.workers) if args.update == "sync" and floor <= args.workers - 1 else None
     # First, while this process has one thread: on Linux the pool forks (swarm_pool.py), and
     # the workers share our copy of the data. One spare process joins in table (3).
     train_tokens, val_tokens = load_world_tokens()
@@ -177,8 +179,14 @@ def run_default(args):
     if churn is not None:
         print_churn(churn, results[args.modes.index(churn_mode)], churn_mode)
     else:
-        print_no_churn("--update async 没有轮次 no rounds" if args.update == "async" else
-                       "要 needs --workers >= 2, --steps >= 3")
+        if args.update == "async":
+            why = "--update async 没有轮次 no rounds"
+        elif floor > args.workers - 1:
+            why = (f"--aggregator {args.aggregator} 一轮要至少 {floor} 份上传，掉线一个以后只剩 {args.workers - 1} 个 "
+                   f"(needs --workers >= {floor + 1})")
+        else:
+            why = "要 needs --workers >= 2, --steps >= 3"
+        print_no_churn(why)
 
     print("\n观察 Observations:")
     notes = (traffic_observations(results, n_params, n_tensors, args.topk_ratio)
@@ -357,8 +365,16 @@ def parse_args(argv=None):
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         parser.error(f"{flags} 在{ROLE_NAMES[role]}里不起作用 (not used in this mode)")
+    need = 1
+    if args.aggregator != "mean":
+        floor = replace(SERVER, aggregator=args.aggregator, byzantine=args.byzantine).round_floor
+        need = max(floor, 2 * args.byzantine + 1)
     if args.quick:
-        apply_quick(args, QUICK, given)
+        quick = dict(QUICK, workers=max(QUICK["workers"], need))
+        apply_quick(args, quick, given)
+        if quick["workers"] > QUICK["workers"]:
+            print(f"注意 note: --aggregator {args.aggregator} 要至少 {need} 个工作者，--quick 用 {need} 个 "
+                  f"(--quick uses {need} workers)", file=sys.stderr)
     if args.min_workers > args.workers and role in ("default", "serve"):
         parser.error(f"--min-workers {args.min_workers} 大于 --workers {args.workers}：一轮永远凑不齐 "
                      "(a round could never reach its quorum)")
@@ -366,10 +382,9 @@ def parse_args(argv=None):
         if args.update != "sync":
             parser.error(f"--aggregator {args.aggregator} 要 --update sync：async 每步只有一份上传，无从比较 "
                          "(robust aggregation needs a round)")
-        floor = replace(SERVER, aggregator=args.aggregator, byzantine=args.byzantine).round_floor
-        if 2 * args.byzantine >= args.workers or floor > args.workers:
+        if need > args.workers:
             parser.error(f"--aggregator {args.aggregator} --byzantine {args.byzantine} 要至少 "
-                         f"{max(floor, 2 * args.byzantine + 1)} 个工作者，--workers 是 {args.workers} "
+                         f"{need} 个工作者，--workers 是 {args.workers} "
                          "(f < n/2; trimmed-mean n > 2f; krum n > 2f + 2)")
     if args.token_file:
         if args.token:

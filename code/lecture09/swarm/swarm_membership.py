@@ -144,4 +144,5 @@ def print_churn(result, undisturbed, mode):
 
 
 def print_no_churn(reason):
-    print(f"\n(3) 成员进出 peers that come and go：不演示 not shown（{reason}）")
+    print()
+    print_wrapped(f"(3) 成员进出 peers that come and go：不演示 not shown（{reason}）")
