@@ -164,6 +164,15 @@ class WorkerCompression:
         return total / len(grads), sent[-1][1], [decoded for decoded, _ in sent]
 
 
+def clip_each(vectors, cap):
+    """Each (d,) vector scaled down to L2 norm `cap` if it is longer (the norm in float64)."""
+    out = []
+    for v in vectors:
+        norm = float(v.double().norm())
+        out.append(v * (cap / norm) if norm > cap else v)
+    return out
+
+
 class LyingWorkers:
     """Code 08's receiver: every worker compresses its gradient (WorkerCompression); the last
     run.liars of them replace what they send by the attack's vectors; every upload is
@@ -185,11 +194,7 @@ class LyingWorkers:
         n_honest = len(decoded) - self.liars
         if self.liars:
             decoded = decoded[:n_honest] + self.attack(decoded[n_honest:], decoded[:n_honest])
-        clipped = []
-        for v in decoded:
-            norm = float(v.double().norm())
-            clipped.append(v * (self.cap / norm) if norm > self.cap else v)
-        return self.combine(clipped), sent[-1][1], decoded
+        return self.combine(clip_each(decoded, self.cap)), sent[-1][1], decoded
 
 
 def make_aggregator(run, setup):

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from lecture01 import tiny_gpt
-from lecture09.compress.training import WorkerCompression, compressed_backward, world_tokens, worker_gradients
+from lecture09.compress.training import (WorkerCompression, clip_each, compressed_backward, world_tokens,
+                                         worker_gradients)
 from lecture09.robust import aggregators, attacks
 
 
@@ -130,14 +131,6 @@ def step_delta(model, optimizer, gradient, clip_norm, lr):
     opt2.step()
     after = torch.cat([p.detach().reshape(-1) for p in params])
     return after - before
-
-
-def clip_each(vectors, cap):
-    out = []
-    for v in vectors:
-        norm = float(v.double().norm())
-        out.append(v * (cap / norm) if norm > cap else v)
-    return out
 
 
 def measure_round(setup, scheme="topk", warm_steps=30, liars=1, aggregator_names=None, attack_names=None,
