@@ -54,7 +54,6 @@ def squared_distances(x):
 
 class Mean:
     name = "mean"
-    needs_f = False
 
     def __init__(self, f=0):
         self.f = f
@@ -65,7 +64,6 @@ class Mean:
 
 class Median:
     name = "median"
-    needs_f = False
 
     def __init__(self, f=0):
         self.f = f
@@ -80,7 +78,6 @@ class Median:
 
 class TrimmedMean:
     name = "trimmed-mean"
-    needs_f = True
 
     def __init__(self, f=1):
         self.f = f
@@ -111,7 +108,6 @@ def krum_scores(x, f, neighbours=None):
 
 class Krum:
     name = "krum"
-    needs_f = True
 
     def __init__(self, f=1, neighbours=None):
         self.f, self.neighbours = f, neighbours
@@ -126,7 +122,6 @@ class Krum:
 
 class MultiKrum:
     name = "multi-krum"
-    needs_f = True
 
     def __init__(self, f=1, m=None, neighbours=None):
         self.f, self.m, self.neighbours = f, m, neighbours
@@ -145,7 +140,6 @@ class MultiKrum:
 class CenteredClip:
     """Stateful: the center is the previous call's result (zeros before the first)."""
     name = "centered-clip"
-    needs_f = False
 
     def __init__(self, f=0, tau=1.0, iterations=1):
         if not tau > 0:
