@@ -263,3 +263,20 @@ def test_quick_takes_the_workers_a_robust_aggregator_needs(capsys):
     args = swarm_http.parse_args(["--quick", "--aggregator", "median"])
     assert args.workers == 3 and "--quick uses 3 workers" in capsys.readouterr().err
     assert swarm_http.parse_args(["--quick", "--aggregator", "krum"]).workers == 5
+
+
+def test_round_floor_agrees_with_the_aggregators_themselves():
+    """swarm_protocol (no torch) writes the aggregators' minimum inputs out again; each must
+    be the fewest uploads the aggregator itself accepts without an AggregatorError."""
+    from lecture09.robust import aggregators
+    gen = torch.Generator().manual_seed(0)
+    for name in aggregators.AGGREGATORS:
+        for f in (1, 2, 3):
+            def runs(n):
+                try:
+                    aggregators.make(name, f=f)([torch.randn(5, generator=gen) for _ in range(n)])
+                    return True
+                except aggregators.AggregatorError:
+                    return False
+            smallest = next(n for n in range(1, 40) if runs(n))
+            assert ServerConfig(aggregator=name, byzantine=f).round_floor == smallest, (name, f)
