@@ -195,3 +195,49 @@ def test_a_forgotten_one_over_w_hides_from_the_weight_check_not_from_the_gradien
         (w1, g1), (w2, g2) = weights_and_first_grad(1.0, steps), weights_and_first_grad(2.0, steps)
         assert float((w1 - w2).abs().max()) < code2.WEIGHT_ATOL           # the weight check would pass it
         assert float((g1 - g2).abs().max()) > 100 * code2.GRAD_ATOL        # the gradient check does not
+
+
+def _demo1_results(world_diff, bucketed_after=0.1):
+    diffs = {"accumulation": (world_diff, 0.0, True), "flat": (0.0, world_diff, True)}
+    timing = {"flat": {"after": 0.4}, "bucketed": {"after": bucketed_after}, "ddp": {"after": 0.0}}
+    return {"demo1": {"diffs": diffs, "n_params": 1000, "calls": {"naive": 17, "flat": 1, "bucketed": 4},
+                      "timing": timing}}
+
+
+def test_observation_1_prints_the_measured_difference_and_zero_as_zero():
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    assert "0（只有 1 个进程" in code2.difference_sentence({"a": (0.0, 0.0, True)}, 1)
+    assert "没有带来差别" in code2.difference_sentence({"a": (0.0, 0.0, True)}, 2)
+    text = code2.difference_sentence({"a": (3e-7, 1.2e-6, True), "b": (0.0, 0.0, True)}, 2)
+    assert "1.2e-06" in text and "1e-7" not in text
+
+
+def test_one_process_is_not_said_to_send_or_overlap_anything():
+    """--world-size 1 (the sweep's minimum): no bytes move, so no overlap is claimed."""
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    lines = []
+    code2.observations(code2.Setup(world_size=1), _demo1_results(0.0), out=lines.append)
+    text = "".join(lines)
+    assert "= 0 字节" in text and "什么也不传" in text and "没有数据在走" in text
+    assert "藏到了反向计算后面" not in text and "差为 0" in text
+    lines = []
+    code2.observations(code2.Setup(world_size=2), _demo1_results(1e-6), out=lines.append)
+    text = "".join(lines)
+    assert "藏到了反向计算后面" in text and "什么也不传" not in text and "1.0e-06" in text
+    lines = []
+    code2.observations(code2.Setup(world_size=2), _demo1_results(1e-6, bucketed_after=0.9), out=lines.append)
+    assert "没有少等" in "".join(lines)
+
+
+def test_a_powersgd_rank_too_large_to_save_is_said_to_send_everything():
+    """--powersgd-rank 96: torch's hook compresses no matrix ((m + k)·r·2 >= m·k), so the
+    observation must not say it sends only P and Q."""
+    code2 = load_script(LECTURE09 / "02_data_parallel.py")
+    def figures(psgd_bytes):
+        return {"demo2": {"none": {"bytes": 400, "bpc": 4.0}, "fp16": {"bytes": 200, "bpc": 4.0},
+                          "powersgd": {"bytes": psgd_bytes, "bpc": 4.1}}}
+    for rank, psgd_bytes, said, unsaid in ((96, 400, "一个矩阵也没压", "只发每个矩阵"), (2, 100, "少 4.0 倍", "没压")):
+        lines = []
+        code2.observations(code2.Setup(powersgd_rank=rank), figures(psgd_bytes), out=lines.append)
+        text = "".join(lines)
+        assert said in text and unsaid not in text

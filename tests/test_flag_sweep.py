@@ -14,6 +14,10 @@ SWEEPS = {
         ["--demo", "4", "--p", "3", "--n-bytes", "3145728"], ["--demo", "3", "--n-bytes", "1048576", "--p", "1024"],
         ["--demo", "4", "--latency-us", "0.001"], ["--demo", "4", "--bandwidth-gbps", "100000"],
     ],
+    "02_data_parallel.py": [
+        ["--demo", "1", "--quick", "--world-size", "1"], ["--demo", "1", "--quick", "--world-size", "8", "--batch-size", "8"],
+        ["--demo", "1", "--quick", "--steps", "1", "--bucket-kb", "1"], ["--demo", "2", "--quick", "--powersgd-rank", "96"],
+    ],
     "03_memory_zero.py": [
         ["--demo", "1", "--cluster-gpus", "1"], ["--demo", "1", "--utilisation", "1"], ["--demo", "2", "--gpus", "1"],
         ["--demo", "2", "--gpus", "1", "100000"], ["--demo", "2", "--k", "1"], ["--demo", "2", "--psi-b", "1000"],

@@ -257,6 +257,13 @@ def print_demo1(setup, results, reference, accumulation, out=print_wrapped):
 # Demo 2: DDP communication hooks
 # =============================================================================
 
+def n_matrices_in_model():
+    """How many of the model's tensors are matrices (2 or more dimensions), compressible or not."""
+    from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
+    return sum(p.dim() >= 2 for p in tiny_gpt.make_model(MODEL_CONFIG).parameters())
+
+
 def print_demo2(setup, results, out=print_wrapped):
     from lecture09.parallel import data_parallel
     W = setup.world_size
@@ -276,8 +283,10 @@ def print_demo2(setup, results, out=print_wrapped):
                      f"{loss:.4f}", f"{h['bpc']:.4f}", "—" if hook == "none" else signed(h["bpc"] - base["bpc"])])
     compressed, kept, n_matrices, n_vectors = data_parallel.powersgd_elements(dps.powersgd_rank)
     out(f"PowerSGD 秩 {dps.powersgd_rank}：{n_matrices} 个矩阵 M（m × k）各发 P（m × {dps.powersgd_rank}）和 "
-        f"Q（k × {dps.powersgd_rank}），共 {compressed:,} 个数；{n_vectors} 个向量（偏置、LayerNorm）原样发，"
-        f"{kept:,} 个数；({compressed:,} + {kept:,}) × 4 = {4 * (compressed + kept):,} 字节。")
+        f"Q（k × {dps.powersgd_rank}），共 {compressed:,} 个数；{n_vectors} 个张量原样发（偏置、LayerNorm"
+        + (f"，和 {big} 个压了不省的矩阵：(m + k)·r·2 ≥ m·k，PyTorch 钩子的 min_compression_rate = 2）"
+           if (big := n_matrices_in_model() - n_matrices) else "）")
+        + f"，{kept:,} 个数；({compressed:,} + {kept:,}) × 4 = {4 * (compressed + kept):,} 字节。")
     out(f"每步交给 all-reduce 的字节数（PowerSGD 前 {dps.powersgd_start} 步不压缩，这里是之后每步的数）；"
         f"loss 是最后 {last} 步的平均，bits/字符在验证集上；Δ = 减去不压缩那一行（同样的种子）。")
     print_table(["钩子 hook", "字节/步", "压缩倍数", "训练 loss", "bits/字符", "Δ bits/字符"], rows)
@@ -298,6 +307,16 @@ def loss_sentence(variants, losses, reference):
     return f"各写法每步的训练 loss 只在舍入上不同（最大差 {worst:.1e}，四位小数看不出）：{shown}。"
 
 
+def difference_sentence(diffs, world_size):
+    """Observation 1's last sentence from the measured differences: zero when one process (or
+    the same order of additions) gave bit-identical results, else the largest one printed."""
+    worst = max(max(grad, weight) for grad, weight, _ in diffs.values())
+    if worst == 0:
+        why = "只有 1 个进程，加法的顺序也没变" if world_size == 1 else "这一次加法的顺序没有带来差别"
+        return f"这里差为 0（{why}）。"
+    return f"差别只在加法的顺序：最大 {worst:.1e}（上表）。"
+
+
 def observations(setup, r, out=print_wrapped):
     out("\n观察 Observations：")
     W = setup.world_size
@@ -306,29 +325,36 @@ def observations(setup, r, out=print_wrapped):
         all_ok = all(ok for _, _, ok in d["diffs"].values())
         out(f" 1. 四种写法{'都' if all_ok else '并不都'}和单进程整批次一致（在上面的容差内），单进程梯度累积"
             f"（{W} 个微批次，每个的 loss 除以 {W} 再反向）也一样：数据并行 = 把 batch 切开算、梯度取平均，"
-            f"和梯度累积是同一件事，只是微批次分给了不同的进程。差别只在加法的顺序（约 1e-7）。")
+            f"和梯度累积是同一件事，只是微批次分给了不同的进程。" + difference_sentence(d["diffs"], W))
         n_bytes = 4 * d["n_params"]
         ring = 2 * (W - 1) * n_bytes / W
         calls = d["calls"]
         out(f" 2. 每步都要 all-reduce {n_bytes:,} 字节的梯度；环形算法里每个进程发出 2(W−1)/W·n = {ring:,.0f} 字节"
-            f"（第 5 节）。朴素写法要 {calls['naive']} 次 all-reduce，每次付一次延迟 α；拼平只要 {calls['flat']} 次；"
+            + ("（第 5 节；只有 1 个进程，没有谁可以交换，all-reduce 什么也不传）。" if W == 1 else "（第 5 节）。")
+            + f"朴素写法要 {calls['naive']} 次 all-reduce，每次付一次延迟 α；拼平只要 {calls['flat']} 次；"
             + (f"分桶 {calls['bucketed']} 次，在反向计算的同时进行（上面的时间线）。" if calls["bucketed"] > 1 else
                "分桶这次只有 1 个桶（--bucket-kb 不小于整个梯度），要等反向全部算完才发：和拼平一样，没有重叠。"))
         t = d["timing"]
         hidden = calls["bucketed"] > 1 and t["bucketed"]["after"] < t["flat"]["after"]
         out(f" 3. [实测] 反向结束以后还要等的通信：拼平 {t['flat']['after']:.1f} ms，分桶重叠 {t['bucketed']['after']:.1f} ms，"
             f"DDP {t['ddp']['after']:.1f} ms（DDP 的等待在 backward() 里面）。"
-            + ("分桶把大部分通信藏到了反向计算后面：最后一个桶一发出，反向也就结束了。" if hidden else
+            + ("只有 1 个进程，这些“通信”只是调用 all-reduce 的开销，没有数据在走；重叠要 --world-size 2 以上才看得到。"
+               if W == 1 else
+               "分桶把大部分通信藏到了反向计算后面：最后一个桶一发出，反向也就结束了。" if hidden else
                "只有 1 个桶，没有可以和反向重叠的通信。" if calls["bucketed"] == 1 else
                "这一次分桶没有少等（一个猜测：机器太忙，后台的通信线程抢不到核；重跑几次看看）。")
             + "在 2 核机器上，通信线程和计算抢同样的核，重叠能省的有限；在 GPU 上通信由网卡和 NCCL 完成，重叠几乎是白送的。")
     if "demo2" in r:
         f = r["demo2"]
+        squeezed = f["powersgd"]["bytes"] < f["none"]["bytes"]
         out(f" 4. fp16 钩子把字节数减半（{f['fp16']['bytes']:,} 对 {f['none']['bytes']:,}），bits/字符的差 "
-            f"{signed(f['fp16']['bpc'] - f['none']['bpc'])}；PowerSGD（秩 {setup.powersgd_rank}）只发每个矩阵的两个"
-            f"低秩因子 P、Q 和不压缩的向量，每步 {f['powersgd']['bytes']:,} 字节（少 "
-            f"{f['none']['bytes'] / f['powersgd']['bytes']:.1f} 倍），代价是 bits/字符 "
-            f"{signed(f['powersgd']['bpc'] - f['none']['bpc'])}（{setup.hook_steps} 步，一组种子）。"
+            f"{signed(f['fp16']['bpc'] - f['none']['bpc'])}；"
+            + (f"PowerSGD（秩 {setup.powersgd_rank}）只发每个矩阵的两个"
+               f"低秩因子 P、Q 和不压缩的向量，每步 {f['powersgd']['bytes']:,} 字节（少 "
+               f"{f['none']['bytes'] / f['powersgd']['bytes']:.1f} 倍），代价是 bits/字符 " if squeezed else
+               f"PowerSGD（秩 {setup.powersgd_rank}）这次一个矩阵也没压：秩这么大，P、Q 比矩阵本身的一半还大，"
+               f"钩子就原样发，每步 {f['powersgd']['bytes']:,} 字节，和不压缩一样；bits/字符的差 ")
+            + f"{signed(f['powersgd']['bpc'] - f['none']['bpc'])}（{setup.hook_steps} 步，一组种子）。"
             "PowerSGD 默认带误差反馈（error feedback，第 7.6 节）；差距随秩和步数怎样变，"
             "用 --powersgd-rank 和 --hook-steps 试试（练习）。")
 
