@@ -178,3 +178,24 @@ def test_table_d_pipeline_traffic_is_inside_regions_as_the_notes_say():
     assert stats["pipeline_links_within_region"] == stats["pipeline_links"] == 24
     notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
     assert "这个最优分配的 24 条流水线边都已经在地区之内" in notes
+
+
+def test_table_d_prices_the_return_leg_the_training_sends():
+    """Issue 20, 10: int8 rows average the decoded messages exactly, so the all-gather leg
+    carries the fp32 mean (4 bytes per parameter per exchange); PowerSGD, 1-bit Adam and the
+    uncompressed rows send the same bytes both ways. The ring's two legs carry half each."""
+    from lecture09.compress.compressed_dp import Run
+    rows = {"int8": code7.Row(Run("int8", "adamw", "int8"), "int8"),
+            "diloco-int8": code7.Row(Run("d", "diloco", "int8", param=25), "d", 25),
+            "none": code7.Row(Run("n", "adamw", "none"), "n"),
+            "powersgd": code7.Row(Run("p", "adamw", "powersgd", True, 1), "p"),
+            "onebit": code7.Row(Run("o", "onebit-adam", "sign-l2"), "o")}
+    assert code7.return_leg_bytes(rows["int8"], 1.0) == 4.0
+    assert code7.return_leg_bytes(rows["diloco-int8"], 0.04) == pytest.approx(0.16)
+    for key, up in (("none", 4.0), ("powersgd", 0.156), ("onebit", 0.901)):
+        assert code7.return_leg_bytes(rows[key], up) == up
+    # the int8 row priced at (1 + 4) / 2 = 2.5 bytes: between fp16 (2) and fp32 (4) both ways
+    costs, *_ = code7.slow_network_costs({"int8": 2.5, "fp16": 2.0, "fp32": 4.0}, {"int8": 1, "fp16": 1, "fp32": 1})
+    assert costs["fp16"][1] < costs["int8"][1] < costs["fp32"][1]
+    # the exchange's time is linear in its bytes (latency + bytes / bandwidth): 2.5 is a quarter of the way
+    assert costs["int8"][0] == pytest.approx(costs["fp16"][0] + (costs["fp32"][0] - costs["fp16"][0]) / 4, rel=1e-9)

@@ -179,28 +179,47 @@ def slow_network_costs(bytes_per_param_by_key, sync_every_by_key):
     return costs, dc_total, s.compute_s, s
 
 
+def return_leg_bytes(row, up_bytes):
+    """Bytes per parameter per step on the ring's second leg (the all-gather of the averaged
+    shards), as the training does it. Uncompressed rows send fp32 both ways; PowerSGD
+    all-reduces its factors, so both legs carry P and Q; 1-bit Adam compresses the average
+    again at the server (onebit_adam, server-side error feedback). Every other scheme is
+    decoded and averaged exactly, and each worker gets the fp32 mean back: 4 bytes per
+    parameter per exchange, i.e. 4 / H per step."""
+    if row.run.scheme in ("none", "powersgd") or row.run.optimizer == "onebit-adam":
+        return up_bytes
+    return 4.0 / row.sync_every
+
+
 def print_table_d(table, out=print_wrapped):
     keys = list(table)
-    bytes_by_key = {k: table[k][1][0].bytes_per_element for k in keys}
-    costs, dc_total, compute_s, s = slow_network_costs(bytes_by_key, {k: table[k][0].sync_every for k in keys})
+    up = {k: table[k][1][0].bytes_per_element for k in keys}
+    back = {k: return_leg_bytes(table[k][0], up[k]) for k in keys}
+    priced = {k: (up[k] + back[k]) / 2 for k in keys}     # the ring's two legs carry half the exchange each
+    costs, dc_total, compute_s, s = slow_network_costs(priced, {k: table[k][0].sync_every for k in keys})
+    fp16_total = slow_network_costs({"fp16": 2.0}, {"fp16": 1})[0]["fp16"][1]
     print_header(f"表 (d)：用在演示 1 的 {s.n_params / 1e9:.1f}B 模型上（{s.n_gpus} 张卡，演示 1 的最优分配）")
     out(f"每次迭代 = 计算 {compute_s:.1f} 秒（其中 GPipe 气泡 {compute_s - s.compute_ideal_s:.1f} 秒，"
-        f"M = {s.n_micro_batches}，和演示 1 一样）+ 流水线通信 "
-        f"+ 数据并行通信（按这一行的 字节/参数；演示 1 用 fp16，"
-        f"即 2 字节/参数）。对照：数据中心、fp16、{dc_total:.1f} 秒/迭代")
-    widths = (31, 10, 11, 9, 11, 8, 10)
-    out(pad("做法", widths[0]) + pad("字节/参数", widths[1], ">") + pad("数据并行 s", widths[2], ">")
-        + pad("流水线 s", widths[3], ">") + pad("每次迭代 s", widths[4], ">") + pad("÷ 机房", widths[5], ">")
-        + pad("bits/字符", widths[6], ">"))
+        f"M = {s.n_micro_batches}，和演示 1 一样）+ 流水线通信 + 数据并行通信。数据并行的环形 all-reduce 分两段："
+        "reduce-scatter 带上行的字节（表 (c) 的 字节/数），all-gather 带回程的字节，各占一半；演示 1 两段都用 fp16"
+        f"（2 字节/参数）。对照：演示 1 本身（这个分配、两段 fp16）{fp16_total:.2f} 秒/迭代；"
+        f"数据中心、fp16、{dc_total:.1f} 秒/迭代")
+    if any(back[k] > up[k] for k in keys):
+        out("回程比上行多的行（int8 这类）：训练把各工作者解码后的消息精确地平均，每人拿回的是 fp32 的平均，"
+            "所以回程按每次交换 4 字节/参数计；把平均后的分片也量化了再发回，是练习 7。")
+    widths = (31, 8, 8, 11, 9, 11, 8, 10)
+    out(pad("做法", widths[0]) + pad("上行", widths[1], ">") + pad("回程", widths[2], ">")
+        + pad("数据并行 s", widths[3], ">") + pad("流水线 s", widths[4], ">") + pad("每次迭代 s", widths[5], ">")
+        + pad("÷ 机房", widths[6], ">") + pad("bits/字符", widths[7], ">"))
     out("-" * sum(widths))
     for key in keys:
         row, results, _ = table[key]
         dp_s, total_s, pp_s = costs[key]
         bpc = [r.bpc for r in results if math.isfinite(r.bpc)]
-        out(pad(row.label, widths[0]) + pad(f"{bytes_by_key[key]:.3f}", widths[1], ">")
-            + pad(f"{dp_s:.2f}", widths[2], ">") + pad(f"{pp_s:.2f}", widths[3], ">")
-            + pad(f"{total_s:.2f}", widths[4], ">") + pad(f"{total_s / dc_total:.2f}×", widths[5], ">")
-            + pad(f"{sum(bpc) / len(bpc):.4f}" if bpc else "发散", widths[6], ">"))
+        out(pad(row.label, widths[0]) + pad(f"{up[key]:.3f}", widths[1], ">") + pad(f"{back[key]:.3f}", widths[2], ">")
+            + pad(f"{dp_s:.2f}", widths[3], ">") + pad(f"{pp_s:.2f}", widths[4], ">")
+            + pad(f"{total_s:.2f}", widths[5], ">") + pad(f"{total_s / dc_total:.2f}×", widths[6], ">")
+            + pad(f"{sum(bpc) / len(bpc):.4f}" if bpc else "发散", widths[7], ">"))
     return costs, dc_total
 
 
