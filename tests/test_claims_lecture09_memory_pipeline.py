@@ -111,3 +111,21 @@ def test_section_6_claims(outputs):
     assert "全部 35 种可行的" in out4
     assert "(128, 1, 8) 放不下：每卡 121.0 GB" in unwrapped(out4)
     assert "表里 TP 相同的几行激活都一样" in unwrapped(out4)
+
+
+def test_section_6_published_run_table_row_by_row(outputs):
+    """§6.3's reconciliation with Megatron-LM's published run: each notes row is a printed row
+    (label and seconds), in the printed order (issue 20, 4)."""
+    out4 = outputs["code4"]
+    section = notes_section(NOTES, "### 6.3")
+    start = section.index("| 一次换掉一个假设")
+    notes_rows = [[c.strip() for c in line.strip("|").split("|")] for line in section[start:].splitlines()[2:]
+                  if line.startswith("|")]
+    assert len(notes_rows) == 5
+    lines = out4.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("一次换掉一个假设"))
+    printed = [line.rsplit(None, 1) for line in lines[head + 2:head + 7]]
+    for (label, seconds), (printed_label, printed_seconds) in zip(notes_rows, printed):
+        assert seconds == printed_seconds and printed_label.startswith(label), (label, printed_label)
+    for figure in ("31.47 秒", "34.7 天", "32.9%", "44.9%", "30.51 秒", "40.63 秒"):
+        assert figure in unwrapped(out4)

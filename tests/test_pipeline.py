@@ -344,3 +344,47 @@ def test_tp_beyond_one_machine_is_not_priced_on_nvlink():
     assert "TP=16放不进一台机器" in flat and "TP=16时通信在NVLink上" not in flat
     _, out = main_quietly(code4.main, ["--demo", "3", "--tp-size", "8"])
     assert "TP=8时通信在NVLink上" in out.replace("\n", "").replace(" ", "")
+
+
+def test_the_published_megatron_run_by_hand():
+    """Narayanan et al. 2021: 175B (l 96, h 12288, s 2048, V 51200), batch 1536, 140 TFLOP/s
+    per GPU on 1024 A100s. F = 96·B·s·l·h²(1 + s/6h + V/16lh) per iteration, by hand."""
+    from lecture09.parallel import memory_model as mm, parallel_plan
+    run, model = parallel_plan.MEGATRON_175B, mm.MODELS["175B"]
+    by_hand = 96 * 1536 * 2048 * 96 * 12288 ** 2 * (1 + 2048 / (6 * 12288) + 51200 / (16 * 96 * 12288))
+    assert parallel_plan.megatron_flops_per_iteration(model, 1536, 51200) == pytest.approx(by_hand, rel=1e-12)
+    seconds, days, mfu = parallel_plan.published_figures(run, model, 1024)
+    assert seconds == pytest.approx(by_hand / (1024 * 140e12))
+    assert f"{seconds:.2f}" == "31.47" and f"{days:.1f}" == "34.7" and f"{mfu:.1%}" == "32.9%"
+    assert mfu == pytest.approx(6 * 175e9 * 1536 * 2048 / (1024 * 312e12 * seconds))
+
+
+def test_the_reconciliation_ends_at_the_published_seconds_one_change_per_row():
+    from lecture09.parallel import memory_model as mm, parallel_plan, plan_published
+    run, model, cluster = parallel_plan.MEGATRON_175B, mm.MODELS["175B"], parallel_plan.Cluster()
+    rows = plan_published.reconciliation_rows(model, cluster, run, zero_stage=1)
+    seconds = [s for _, s in rows]
+    full = parallel_plan.plan_cost(model, cluster, run.plan, 1536, 1, 1, "full")
+    assert seconds[0] == full.iteration_s                                    # the planner's own estimate
+    assert seconds[0] > seconds[1] > seconds[2] < seconds[3]
+    assert seconds[3] == pytest.approx(seconds[4], rel=1e-12)                 # the last change reaches it exactly
+    # row 2 -> 3 removes exactly the bubble and the three communication terms
+    assert f"{seconds[0]:.2f}" == "40.63" and f"{seconds[1]:.2f}" == "36.60" and f"{seconds[2]:.2f}" == "30.72"
+
+
+def test_published_sentence_says_close_only_when_it_is():
+    from lecture09.parallel import plan_published
+    text = plan_published.published_sentence(31.47, {"selective": 30.51, "full": 40.63})
+    assert "慢 29%" in text and "碰巧相抵" in text
+    text = plan_published.published_sentence(31.47, {"selective": 25.0, "full": 30.0})
+    assert "快 5%" in text and "碰巧相抵" not in text
+
+
+def test_demo4_compares_with_the_published_run_only_in_its_setting(capsys):
+    code4 = load_script(LECTURE09 / "04_pipeline.py")
+    code4.main(["--demo", "4"])
+    out = capsys.readouterr().out
+    assert "对照发表的运行" in out and "31.47" in out and "40.63" in out
+    code4.main(["--demo", "4", "--plan-gpus", "512"])
+    out = capsys.readouterr().out
+    assert "对照发表的运行" not in out and "只有一个可以对照" in out

@@ -168,3 +168,44 @@ def best_plan(model, cluster, global_batch, micro_batch=1, zero_stage=1, recompu
         if cost.fits and (best is None or cost.time_s(hide_dp) < best.time_s(hide_dp)):
             best = cost
     return best
+
+
+# ---------------------------------------------------------------------------
+# A published run to hold the planner against
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """A run someone measured: its layout, batch, recomputation and throughput per GPU."""
+    model: str
+    plan: Plan
+    micro_batch: int
+    global_batch: int
+    recompute: str
+    tflops_per_gpu: float        # achieved, by the paper's own FLOP count (recomputation included)
+    vocab: int
+    source: str
+
+
+MEGATRON_175B = PublishedRun(
+    "175B", Plan(8, 16, 8), 1, 1536, "full", 140.0, 51200,
+    "Narayanan et al. 2021 (SC21), Table 1: GPT-3 175B on 1024 A100s, TP 8, PP 16, batch 1536, "
+    "140 TFLOP/s per GPU; full activation recomputation (their Section 5.1 FLOP count)")
+
+
+def megatron_flops_per_iteration(model, global_batch, vocab):
+    """Narayanan et al. 2021's count for one iteration with full recomputation:
+    96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (forward, backward, and the forward again)."""
+    b, s, l, h = global_batch, model.seq_len, model.n_layers, model.hidden
+    return 96 * b * s * l * h * h * (1 + s / (6 * h) + vocab / (16 * l * h))
+
+
+def published_figures(run, model, n_gpus, peak_flops=mm.A100_PEAK_FLOPS):
+    """(seconds per iteration, days for the model's training tokens, model FLOPs utilisation
+    6·N·tokens / (n · peak · t)) implied by a published throughput."""
+    flops = megatron_flops_per_iteration(model, run.global_batch, run.vocab)
+    seconds = flops / (n_gpus * run.tflops_per_gpu * 1e12)
+    tokens = run.global_batch * model.seq_len
+    days = model.train_tokens / tokens * seconds / mm.SECONDS_PER_DAY
+    mfu = 6 * model.n_params * tokens / (n_gpus * peak_flops * seconds)
+    return seconds, days, mfu

@@ -12,6 +12,7 @@ from dataclasses import replace
 from lecture01.console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel import parallel_plan
+from lecture09.parallel import plan_published
 from lecture09.parallel import pipeline
 from lecture09.ranks import alpha_beta
 from lecture09.ranks import gloo_ranks
@@ -370,8 +371,21 @@ def run_demo4(setup, out=print_wrapped):
     n_valid = sum(1 for plan in parallel_plan.all_plans(cluster)
                   if not parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch))
     out(f"（'最好'在全部 {n_valid} 种可行的 (DP, PP, TP) 里找：放得下、估计时间最短。）")
-    return {"model": model, "cluster": cluster, "costs": costs, "best": best, "best_hidden": best_hidden,
-            "plans": plans}
+    published = plan_published.published_lines(setup, model, cluster)
+    for line in published:
+        out(line)
+    if len(published) > 1:
+        print_table(["一次换掉一个假设 one assumption at a time", "每次迭代 s"],
+                    [(step, f"{s:.2f}") for step, s in plan_published.reconciliation_rows(model, cluster, parallel_plan.MEGATRON_175B,
+                                                                           setup.zero_stage)])
+    result = {"model": model, "cluster": cluster, "costs": costs, "best": best, "best_hidden": best_hidden,
+              "plans": plans, "published": len(published) > 1}
+    if len(published) > 1:
+        run = parallel_plan.MEGATRON_175B
+        result["published_seconds"] = parallel_plan.published_figures(run, model, cluster.n_gpus, cluster.peak_flops)[0]
+        result["planned"] = {r: parallel_plan.plan_cost(model, cluster, run.plan, run.global_batch, run.micro_batch,
+                                                        setup.zero_stage, r).iteration_s for r in ("selective", "full")}
+    return result
 
 
 def overlap_sentence(b, h):
@@ -416,3 +430,5 @@ def demo4_observations(setup, r, out=print_wrapped):
              f"每次迭代约 {best.iteration_s:.2f} 秒，其中计算 {best.pipeline_s:.2f} 秒。" + overlap_sentence(best, r["best_hidden"]))
     else:
         item("没有一种组合放得下：试试 --recompute full、更大的 --plan-gpus 或更小的 --global-batch。")
+    if r.get("published"):
+        item(plan_published.published_sentence(r["published_seconds"], r["planned"]))
