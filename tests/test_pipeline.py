@@ -203,7 +203,7 @@ def test_the_best_plan_under_each_overlap_assumption(model, gpus, batch, plain, 
     assert ((best_hidden.plan.dp, best_hidden.plan.pp, best_hidden.plan.tp),
             round(best_hidden.iteration_hidden_dp_s, 2)) == hidden
     assert best_hidden.iteration_s - best_hidden.iteration_hidden_dp_s == pytest.approx(best_hidden.dp_s)
-    from lecture09.parallel.pipeline_report import overlap_sentence
+    from lecture09.parallel.plan_report import overlap_sentence
     said = overlap_sentence(best, best_hidden)
     if best.plan == best_hidden.plan:
         assert "这个假设不改变选择" in said and "变成" not in said
@@ -314,7 +314,7 @@ def test_memory_sentence_uses_min_p_m_and_says_when_the_schedules_hold_the_same(
 
 def test_bubble_sentence_calls_bubbles_small_only_when_they_are():
     from types import SimpleNamespace as NS
-    from lecture09.parallel.pipeline_report import SMALL_BUBBLE, bubble_sentence
+    from lecture09.parallel.plan_report import SMALL_BUBBLE, bubble_sentence
     small = [NS(bubble=0.05, plan=NS(pp=4), n_micro=64), NS(bubble=0.1, plan=NS(pp=8), n_micro=32)]
     assert "都不大" in bubble_sentence(small, 1024)
     big = small + [NS(bubble=0.795, plan=NS(pp=32), n_micro=8)]
@@ -360,9 +360,9 @@ def test_the_published_megatron_run_by_hand():
 
 
 def test_the_reconciliation_ends_at_the_published_seconds_one_change_per_row():
-    from lecture09.parallel import memory_model as mm, parallel_plan, plan_published
+    from lecture09.parallel import memory_model as mm, parallel_plan, plan_report
     run, model, cluster = parallel_plan.MEGATRON_175B, mm.MODELS["175B"], parallel_plan.Cluster()
-    rows = plan_published.reconciliation_rows(model, cluster, run, zero_stage=1)
+    rows = plan_report.reconciliation_rows(model, cluster, run, zero_stage=1)
     seconds = [s for _, s in rows]
     full = parallel_plan.plan_cost(model, cluster, run.plan, 1536, 1, 1, "full")
     assert seconds[0] == full.iteration_s                                    # the planner's own estimate
@@ -373,10 +373,10 @@ def test_the_reconciliation_ends_at_the_published_seconds_one_change_per_row():
 
 
 def test_published_sentence_says_close_only_when_it_is():
-    from lecture09.parallel import plan_published
-    text = plan_published.published_sentence(31.47, {"selective": 30.51, "full": 40.63})
+    from lecture09.parallel import plan_report
+    text = plan_report.published_sentence(31.47, {"selective": 30.51, "full": 40.63})
     assert "慢 29%" in text and "碰巧相抵" in text
-    text = plan_published.published_sentence(31.47, {"selective": 25.0, "full": 30.0})
+    text = plan_report.published_sentence(31.47, {"selective": 25.0, "full": 30.0})
     assert "快 5%" in text and "碰巧相抵" not in text
 
 

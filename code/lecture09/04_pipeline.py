@@ -30,7 +30,7 @@ parallelism (3D parallelism).
 
 演示 1、3 的流量表、4 是纯算术，在任何机器上逐位相同；演示 2、3 的"最大差"是浮点舍入，随 CPU 变，都在容差以内。
 GB 指 10^9 字节。用时（elapsed）打印到 stderr。
-需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（四个演示和它们的观察）、pipeline.py、
+需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（演示 1-3）、plan_report.py（演示 4）、pipeline.py、
 tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
@@ -47,8 +47,9 @@ except ModuleNotFoundError:
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel.pipeline_report import (  # noqa: F401  (no torch at import; the tests reach some here)
-    GRAD_ATOL, TP_ATOL, demo1_observations, demo2_observations, demo3_observations, demo4_observations,
-    run_demo1, run_demo2, run_demo3, run_demo4, tp_traffic)
+    GRAD_ATOL, TP_ATOL, demo1_observations, demo2_observations, demo3_observations,
+    run_demo1, run_demo2, run_demo3, tp_traffic)
+from lecture09.parallel.plan_report import demo4_observations, run_demo4
 from lecture01.cli_args import Parser, run_main, int_in, non_negative_int, positive_int
 
 

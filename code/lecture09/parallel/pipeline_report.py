@@ -12,7 +12,6 @@ from dataclasses import replace
 from lecture01.console import LINE_WIDTH, display_width, print_header, print_table, print_wrapped
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel import parallel_plan
-from lecture09.parallel import plan_published
 from lecture09.parallel import pipeline
 from lecture09.ranks import alpha_beta
 from lecture09.ranks import gloo_ranks
@@ -108,11 +107,6 @@ def memory_sentence(p, m, gpipe_peak, ofob_peak):
             f"（= min(p, m)）；m 比 p 大时 1F1B 才省（试试 --micro-batches {2 * p}）。")
 
 
-ZERO_WORDS = {0: "不用 ZeRO（--zero-stage 0），优化器状态也不分", 1: "ZeRO-1 只再分优化器状态",
-              2: "ZeRO-2 再分优化器状态和梯度", 3: "ZeRO-3 连参数也分，但每层用时要先收齐"}
-SMALL_BUBBLE = 0.2      # below this share of the iteration, demo 4 calls the bubbles small
-
-
 def demo1_observations(setup, r, out=print_wrapped):
     p, m = setup.n_stages, setup.n_micro
     g, f = r["timelines"]["gpipe"], r["timelines"]["1f1b"]
@@ -130,17 +124,6 @@ def demo1_observations(setup, r, out=print_wrapped):
         f"下面的阶段先发后收、上面的先收后发，否则两边都卡在发送上。表里的 {len(setup.table_stages) * len(setup.table_micro) * 2} "
         f"个 (p, m, 调度) 程序{'都' if r['deadlock_free'] else '没有都'}通过了不死锁检查（pipeline.check_rendezvous）。"
         "交错式 1F1B（interleaved，Narayanan et al. 2021）让每张卡放 v 段不相邻的层，把气泡再降到约 1/v。")
-
-
-def bubble_sentence(pipelined, global_batch):
-    """Demo 4: how big the bubbles of the plans that fit are, from their own figures."""
-    low, high = min(pipelined, key=lambda c: c.bubble), max(pipelined, key=lambda c: c.bubble)
-    if high.bubble < SMALL_BUBBLE:
-        return (f"放得下的几种流水线组合气泡都不大（{low.bubble:.1%}–{high.bubble:.1%}）：batch {global_batch} "
-                f"切成的 micro-batch 数 m = batch ÷ DP 都比 PP 大得多。")
-    return (f"放得下的几种流水线组合气泡从 {low.bubble:.1%} 到 {high.bubble:.1%}：最大的 {high.plan} 只有 "
-            f"m = {high.n_micro} 个 micro-batch、PP = {high.plan.pp}，气泡 (PP−1)/(m+PP−1)：batch 越小、DP 越大，"
-            "m 就越少，气泡越大。")
 
 
 def check_pipeline(real):
@@ -320,115 +303,3 @@ def demo3_observations(real, r, out=print_wrapped):
         + (f"，{'、'.join(slower)} 的通信比计算还慢" if slower else "")
         + "。h 越大越划算：计算 ∝ h²，通信 ∝ h。"
         "所以张量并行放在一台机器的 NVLink 里，跨机器用流水线和数据并行。")
-
-
-def candidate_plans(setup):
-    plans = []
-    for pp, tp in setup.candidates:
-        if setup.n_gpus % (pp * tp) == 0:
-            plans.append(parallel_plan.Plan(setup.n_gpus // (pp * tp), pp, tp))
-    return plans
-
-
-def run_demo4(setup, out=print_wrapped):
-    model = mm.MODELS[setup.model]
-    cluster = replace(parallel_plan.Cluster(), n_gpus=setup.n_gpus)
-    print_header(f"演示 4：3D 并行规划器——{model.name} 模型、{cluster.n_gpus} 张 A100（每台机器 {cluster.gpus_per_node} 张），"
-                 f"batch {setup.global_batch} × {model.seq_len} token")
-    out(f"(DP, PP, TP) = (数据并行, 流水线并行, 张量并行)，DP × PP × TP = {cluster.n_gpus}；micro-batch {setup.micro_batch}，"
-        f"1F1B；ZeRO-{setup.zero_stage} 分片在数据并行组里；激活用{ {'none': '不重算', 'selective': '选择性重算', 'full': '全重算'}[setup.recompute] }"
-        f"（Korthikanti et al. 2022）；显存 = 模型状态 + 阶段 0 的激活，一张卡 {cluster.gpu_memory_bytes / mm.GB:g} GB。")
-    out("时间 = 计算 ÷ (1 − 气泡) + TP + PP + DP 通信（α–β 模型，通信和计算不重叠：偏悲观）；最后一列是另一头的界："
-        "DP 的 all-reduce 完全藏在反向后面（DDP 分桶就是为此），TP、PP 仍不重叠。")
-    rows, costs, invalid = [], {}, []
-    plans = candidate_plans(setup)
-    best, best_hidden = (parallel_plan.best_plan(model, cluster, setup.global_batch, setup.micro_batch,
-                                                 setup.zero_stage, setup.recompute, hide_dp=hide)
-                         for hide in (False, True))
-    for extra in (best, best_hidden):
-        if extra is not None and extra.plan not in plans:
-            plans.append(extra.plan)
-    for plan in plans:
-        reason = parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch)
-        if reason:
-            invalid.append(f"{plan}：{reason}")
-            continue
-        c = parallel_plan.plan_cost(model, cluster, plan, setup.global_batch, setup.micro_batch, setup.zero_stage,
-                                    setup.recompute)
-        costs[plan] = c
-        rows.append((str(plan), c.n_micro, f"{c.state_bytes / mm.GB:.1f} + {c.activation_bytes / mm.GB:.1f}",
-                     f"{c.bubble:.1%}", f"{c.pipeline_s:.2f}", f"{c.tp_s:.2f}", f"{c.pp_s:.2f}", f"{c.dp_s:.2f}",
-                     f"{c.iteration_s:.2f}" if c.fits else "放不下",
-                     f"{c.iteration_hidden_dp_s:.2f}" if c.fits else "放不下"))
-    if rows:
-        print_table(["(DP, PP, TP)", "m", "显存 GB 状态+激活", "气泡", "计算 s", "TP s", "PP s", "DP s", "每次迭代 s",
-                     "DP 藏起 s"], rows)
-    if best is not None:
-        out(f"最好 best（放得下、估计时间最短）：不重叠时 {best.plan}，{best.iteration_s:.2f} s；DP 藏起来时 "
-            f"{best_hidden.plan}，{best_hidden.iteration_hidden_dp_s:.2f} s。")
-    if invalid:
-        out("不可行 infeasible：" + "；".join(invalid))
-    n_valid = sum(1 for plan in parallel_plan.all_plans(cluster)
-                  if not parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch))
-    out(f"（'最好'在全部 {n_valid} 种可行的 (DP, PP, TP) 里找：放得下、估计时间最短。）")
-    published = plan_published.published_lines(setup, model, cluster)
-    for line in published:
-        out(line)
-    if len(published) > 1:
-        print_table(["一次换掉一个假设 one assumption at a time", "每次迭代 s"],
-                    [(step, f"{s:.2f}") for step, s in plan_published.reconciliation_rows(model, cluster, parallel_plan.MEGATRON_175B,
-                                                                           setup.zero_stage)])
-    result = {"model": model, "cluster": cluster, "costs": costs, "best": best, "best_hidden": best_hidden,
-              "plans": plans, "published": len(published) > 1}
-    if len(published) > 1:
-        run = parallel_plan.MEGATRON_175B
-        result["published_seconds"] = parallel_plan.published_figures(run, model, cluster.n_gpus, cluster.peak_flops)[0]
-        result["planned"] = {r: parallel_plan.plan_cost(model, cluster, run.plan, run.global_batch, run.micro_batch,
-                                                        setup.zero_stage, r).iteration_s for r in ("selective", "full")}
-    return result
-
-
-def overlap_sentence(b, h):
-    """Demo 4: whether the overlap assumption decides the best plan (b: not overlapped, h: DP hidden)."""
-    if b.plan == h.plan:
-        return f"DP 的 all-reduce 完全藏起来时最好的还是 {b.plan}（{h.iteration_hidden_dp_s:.2f} s）：这个假设不改变选择。"
-    return (f"DP 的 all-reduce 完全藏在反向后面时，最好的变成 {h.plan}（{h.iteration_hidden_dp_s:.2f} s；不重叠时它要 "
-            f"{h.iteration_s:.2f} s）。和 {b.plan} 比：气泡 {b.bubble:.1%} → {h.bubble:.1%}，PP 通信 {b.pp_s:.2f} → "
-            f"{h.pp_s:.2f} s，DP 通信 {b.dp_s:.2f} → {h.dp_s:.2f} s。两种排法只差 DP 这一项，所以是这个假设决定了选哪一个；"
-            "真实系统在两头之间，要实测。")
-
-
-def demo4_observations(setup, r, out=print_wrapped):
-    costs, best, cluster = r["costs"], r["best"], r["cluster"]
-    print()
-    out("观察 Observations（演示 4）：")
-    numbers = iter(range(1, 10))
-
-    def item(text):
-        out(f" {next(numbers)}. " + text)
-
-    too_big = [c for c in costs.values() if not c.fits]
-    if too_big:
-        c = max(too_big, key=lambda c: c.memory_bytes)
-        item(f"{c.plan} 放不下：每卡 {c.memory_bytes / mm.GB:.1f} GB > {cluster.gpu_memory_bytes / mm.GB:g} GB。"
-             f"模型状态按 1/(PP × TP) 分，{ZERO_WORDS[setup.zero_stage]}；模型越大，越需要把模型本身切开。")
-    in_node = [c for c in costs.values() if c.fits and 1 < c.plan.tp <= cluster.gpus_per_node]
-    across = [c for c in costs.values() if c.plan.tp > cluster.gpus_per_node]
-    if in_node and across:
-        b = min(across, key=lambda c: c.tp_s)
-        same_pp = [c for c in in_node if c.plan.pp == b.plan.pp]
-        a = min(same_pp or in_node, key=lambda c: c.tp_s)
-        item(f"张量并行跨机器很贵：{b.plan} 的 TP 通信 {b.tp_s:.2f} 秒，{a.plan} 在一台机器里只要 {a.tp_s:.2f} 秒。")
-    pipelined = [c for c in costs.values() if c.fits and c.plan.pp > 1]
-    if pipelined:
-        same = {round(c.activation_bytes / mm.GB, 6) for c in pipelined
-                if c.n_micro >= c.plan.pp and c.plan.tp == pipelined[0].plan.tp}
-        item(bubble_sentence(pipelined, setup.global_batch) + "m ≥ PP 时，1F1B 的阶段 0 存 PP 个 micro-batch、每个 L/PP 层，"
-             "加起来正好 L 层：激活显存和 PP 无关" + ("（表里 TP 相同的几行激活都一样）。" if len(same) == 1 else "。"))
-    if best is not None:
-        item(f"不重叠时估计最快的是 {best.plan}：每卡 {best.memory_bytes / mm.GB:.1f} GB，气泡 {best.bubble:.1%}，"
-             f"每次迭代约 {best.iteration_s:.2f} 秒，其中计算 {best.pipeline_s:.2f} 秒。" + overlap_sentence(best, r["best_hidden"]))
-    else:
-        item("没有一种组合放得下：试试 --recompute full、更大的 --plan-gpus 或更小的 --global-batch。")
-    if r.get("published"):
-        item(plan_published.published_sentence(r["published_seconds"], r["planned"]))
