@@ -129,3 +129,33 @@ def test_section_6_published_run_table_row_by_row(outputs):
         assert seconds == printed_seconds and printed_label.startswith(label), (label, printed_label)
     for figure in ("31.47 秒", "34.7 天", "32.9%", "44.9%", "30.51 秒", "40.63 秒"):
         assert figure in unwrapped(out4)
+
+
+def _model_rows(section):
+    """The Markdown rows of a section whose first cell names a model (1.3B, 7B, 175B):
+    (the label before any （ , the other cells split into tokens)."""
+    rows = []
+    for line in section.splitlines():
+        if re.match(r"\| (1\.3B|7B|175B)", line):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows.append((re.split(r"[（]", cells[0])[0], [t for c in cells[1:] for t in c.split()]))
+    return rows
+
+
+def _contiguous(values, tokens):
+    """Whether values appear in tokens side by side and in order (the notes may leave out a
+    printed column at either end, never one in the middle)."""
+    n = len(values)
+    return any(tokens[i:i + n] == values for i in range(len(tokens) - n + 1))
+
+
+@pytest.mark.parametrize("heading,minimum", [("## 1 ", 13), ("## 4 ", 3)])
+def test_model_tables_row_by_row(outputs, heading, minimum):
+    """Issue 20: each model row of §1's and §4's tables is one printed row, cell for cell and
+    in order, so a swapped cell or a changed figure fails (not just 'each decimal appears')."""
+    rows = _model_rows(notes_section(NOTES, heading))
+    assert len(rows) >= minimum
+    printed = [line for text in outputs.values() for line in text.splitlines()]
+    for label, values in rows:
+        matches = [line for line in printed if line.startswith(label) and _contiguous(values, line.split())]
+        assert matches, (heading, label, values)
