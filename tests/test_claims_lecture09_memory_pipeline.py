@@ -159,3 +159,39 @@ def test_model_tables_row_by_row(outputs, heading, minimum):
     for label, values in rows:
         matches = [line for line in printed if line.startswith(label) and _contiguous(values, line.split())]
         assert matches, (heading, label, values)
+
+
+# Rows of §1-§6's tables that are not one printed row, each with where it is checked instead.
+NOT_ONE_PRINTED_ROW = {
+    "ZeRO-1、ZeRO-2": "printed as two rows with the same figures; the decimals test checks 29.5 and 1.18",
+    "梯度": "§1.5's measured-bytes table: test_section_1_claims checks its figures in the output",
+    "普通 AdamW，每个进程": "§1.6: per-rank bytes from two runs side by side, test_section_1_claims",
+    "ShardedAdamW": "§1.6, test_section_1_claims (cells against both runs)",
+    "ZeroRedundancyOptimizer": "§1.6, test_section_1_claims (cells against both runs)",
+    "GPipe": "§3.4: test_section_3_timeline_and_claims matches the printed row by regex",
+    "1F1B": "§3.4: test_section_3_timeline_and_claims matches the printed row by regex",
+    "数据并行 DP": "§6.1 describes the three kinds in words: no figure",
+    "流水线并行 PP": "§6.1, words only",
+    "张量并行 TP": "§6.1, words only",
+}
+
+
+@pytest.mark.parametrize("heading", SECTIONS)
+def test_every_table_row_is_a_printed_row(outputs, heading):
+    """Issue 20: a figure in a Markdown table cannot change, or move to another cell, without a
+    test failing. Each body row of §1, §3, §4 and §6 (flag tables aside) is a printed line:
+    its first cell starts the line and the other cells follow side by side, in order."""
+    printed = [line for text in outputs.values() for line in text.splitlines()]
+    lines = notes_section(NOTES, heading).splitlines()
+    checked = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("|") or line.startswith("|---") or (i + 1 < len(lines) and lines[i + 1].startswith("|---")):
+            continue                                                   # not a table row, or a header
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        label = re.split(r"[（]", cells[0])[0].strip("`").strip()
+        if label.startswith("--") or any(label.startswith(k) for k in NOT_ONE_PRINTED_ROW):
+            continue
+        values = [t for c in cells[1:] for t in c.split()]
+        assert any(p.startswith(label) and _contiguous(values, p.split()) for p in printed), line
+        checked += 1
+    assert checked >= 3
