@@ -209,7 +209,7 @@ def test_observation_1_prints_the_measured_difference_and_zero_as_zero():
     assert "0（只有 1 个进程" in code2.difference_sentence({"a": (0.0, 0.0, True)}, 1)
     assert "没有带来差别" in code2.difference_sentence({"a": (0.0, 0.0, True)}, 2)
     text = code2.difference_sentence({"a": (3e-7, 1.2e-6, True), "b": (0.0, 0.0, True)}, 2)
-    assert "1.2e-06" in text and "1e-7" not in text
+    assert "梯度最大差 3.0e-07" in text and "权重最大差 1.2e-06" in text and "1e-7" not in text
 
 
 def test_one_process_is_not_said_to_send_or_overlap_anything():
@@ -223,7 +223,7 @@ def test_one_process_is_not_said_to_send_or_overlap_anything():
     lines = []
     code2.observations(code2.Setup(world_size=2), _demo1_results(1e-6), out=lines.append)
     text = "".join(lines)
-    assert "藏到了反向计算后面" in text and "什么也不传" not in text and "1.0e-06" in text
+    assert "藏到了反向计算后面" in text and "什么也不传" not in text and "权重最大差 1.0e-06" in text
     lines = []
     code2.observations(code2.Setup(world_size=2), _demo1_results(1e-6, bucketed_after=0.9), out=lines.append)
     assert "没有少等" in "".join(lines)
