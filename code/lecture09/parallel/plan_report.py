@@ -75,20 +75,18 @@ def run_demo4(setup, out=print_wrapped):
     n_valid = sum(1 for plan in parallel_plan.all_plans(cluster)
                   if not parallel_plan.why_invalid(model, cluster, plan, setup.global_batch, setup.micro_batch))
     out(f"（'最好'在全部 {n_valid} 种可行的 (DP, PP, TP) 里找：放得下、估计时间最短。）")
-    published = published_lines(setup, model, cluster)
-    for line in published:
+    comparison = published_comparison(setup, model, cluster)
+    for line in published_lines(comparison, model, cluster):
         out(line)
-    if len(published) > 1:
+    if comparison:
         print_table(["一次换掉一个假设 one assumption at a time", "每次迭代 s"],
                     [(step, f"{s:.2f}") for step, s in reconciliation_rows(model, cluster, parallel_plan.MEGATRON_175B,
                                                                            setup.zero_stage)])
     result = {"model": model, "cluster": cluster, "costs": costs, "best": best, "best_hidden": best_hidden,
-              "plans": plans, "published": len(published) > 1}
-    if len(published) > 1:
-        run = parallel_plan.MEGATRON_175B
-        result["published_seconds"] = parallel_plan.published_figures(run, model, cluster.n_gpus, cluster.peak_flops)[0]
-        result["planned"] = {r: parallel_plan.plan_cost(model, cluster, run.plan, run.global_batch, run.micro_batch,
-                                                        setup.zero_stage, r).iteration_s for r in ("selective", "full")}
+              "plans": plans, "published": comparison is not None}
+    if comparison:
+        result["published_seconds"] = comparison["seconds"]
+        result["planned"] = {r: c.iteration_s for r, c in comparison["ours"].items()}
     return result
 
 
@@ -138,16 +136,25 @@ def demo4_observations(setup, r, out=print_wrapped):
         item(published_sentence(r["published_seconds"], r["planned"]))
 
 
-def published_lines(setup, model, cluster):
-    """Demo 4 against Megatron-LM's own run, when the flags are its setting (model, GPUs,
-    batch, micro-batch); otherwise one line saying what to pass."""
+def published_comparison(setup, model, cluster):
+    """Megatron-LM's own run and the planner's two estimates of its layout, when the flags are
+    its setting (model, GPUs, batch, micro-batch); None otherwise."""
     run = parallel_plan.MEGATRON_175B
     if (setup.model, cluster.n_gpus, setup.global_batch, setup.micro_batch) != (run.model, 1024, run.global_batch,
                                                                                  run.micro_batch):
-        return [f"（发表的运行只有一个可以对照：{run.model}、1024 张卡、batch {run.global_batch}，即默认设置。）"]
+        return None
     seconds, days, mfu = parallel_plan.published_figures(run, model, cluster.n_gpus, cluster.peak_flops)
     ours = {r: parallel_plan.plan_cost(model, cluster, run.plan, run.global_batch, run.micro_batch, setup.zero_stage, r)
             for r in ("selective", "full")}
+    return {"seconds": seconds, "days": days, "mfu": mfu, "ours": ours}
+
+
+def published_lines(comparison, model, cluster):
+    """Demo 4's lines about the published run, or one line saying which flags it needs."""
+    run = parallel_plan.MEGATRON_175B
+    if comparison is None:
+        return [f"（发表的运行只有一个可以对照：{run.model}、1024 张卡、batch {run.global_batch}，即默认设置。）"]
+    seconds, days, mfu, ours = comparison["seconds"], comparison["days"], comparison["mfu"], comparison["ours"]
     hardware = run.tflops_per_gpu * 1e12 / cluster.peak_flops
     return ["",
             f"对照发表的运行 published run（Narayanan et al. 2021，表 1）：Megatron-LM 的 GPT-3 175B 用 {run.plan}、"
