@@ -1,0 +1,221 @@
+"""
+第 9 讲 · 代码 9：在真正的引擎上容错——torchft 的法定人数、杀进程和现场恢复
+Lecture 9, code 9: fault tolerance on a real engine — torchft's quorum, a killed replica,
+and live recovery from a peer.
+
+这个文件回答的问题 (the question)
+    代码 6 的训练群是我们自己写的服务器。业界的容错训练用什么？torchft（Meta，和 torchtitan
+    一起用）：一个 Lighthouse 每一步召集一次法定人数 (quorum)，每个副本组 (replica group) 一个
+    Manager；一个副本死了，其余的照常提交；它重启以后从健康的同伴 (peer) 那里下载状态，接着训练。
+
+    (a)(b)(c)：三种训练方式各跑一遍——容错 DDP（每步一次法定人数）、DiLoCo（每 H 步同步一次）、
+               流式 DiLoCo（模型切成几段，轮流同步）。每遍都在训练到 30% 时 SIGKILL 副本 2，
+               到 50% 时重启它。时间线：每次法定人数里有谁，哪一步被丢弃，谁从同伴恢复、下载多少字节。
+    (d)：三遍放在一起，以及结束时副本之间的最大差。
+    (e)：不杀进程时，torchft 的 DiLoCo 和我们自己的模拟 (compress/local_sgd.py) 逐次同步比较。
+
+对应讲义 (notes): lectures/lecture09_distributed_training.md §7.18
+
+运行 (run):
+    python3 code/lecture09/09_torchft.py                        # (a)–(e)，2 核约 1 分钟
+    python3 code/lecture09/09_torchft.py --modes diloco --inner-steps 20
+    python3 code/lecture09/09_torchft.py --kill-at 0.2 --restart-at 0.8
+    python3 code/lecture09/09_torchft.py --no-restart           # 副本 2 不回来
+    python3 code/lecture09/09_torchft.py --quick                # 很小的设置（测试用）
+需要 (needs): Linux 上的 torchft 0.2.0（requirements.txt 装好）；本目录的 engines/。只用 127.0.0.1。
+用时打印到 stderr。
+"""
+
+import sys
+import time
+
+try:
+    import lecture01  # noqa: F401  the course toolkit, installed by `pip install -r requirements.txt`
+except ModuleNotFoundError:
+    import _course_path  # noqa: F401  a clone without that install (see that file)
+
+from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
+from lecture01.console import print_header, print_wrapped  # noqa: E402
+
+MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
+DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=150, outer_steps=12, inner_steps=10, fragments=2,
+                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True)
+QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
+SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
+#                           different order, so anything near 1e-3 would be a real difference
+UNAVAILABLE = ("torchft 只有 Linux 的 wheel，这台机器上跑不了代码 9；请在 Linux 或 WSL 里运行 "
+               "(torchft ships Linux wheels only: use Linux or WSL)")
+
+
+def build_parser():
+    p = Parser(description="第 9 讲 代码 9：torchft 上的容错训练（Lighthouse、法定人数、杀进程、现场恢复）。")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(DEFAULTS["modes"]),
+                   help="训练方式：ddp（每步同步）、diloco（每 H 步）、streaming（分段轮流）")
+    p.add_argument("--replicas", type=int_in(3, 4), default=DEFAULTS["replicas"],
+                   help="副本组个数（每组 1 个 gloo rank）；至少 3：杀掉一个还剩法定的 2 个")
+    p.add_argument("--ddp-steps", type=int_in(10, 2000), default=DEFAULTS["ddp_steps"], help="DDP 的训练步数")
+    p.add_argument("--outer-steps", type=int_in(4, 200), default=DEFAULTS["outer_steps"],
+                   help="DiLoCo 的外层步数（流式：每段各这么多次同步）")
+    p.add_argument("--inner-steps", type=int_in(2, 100), default=DEFAULTS["inner_steps"], help="H：每次同步之间的内层步数")
+    p.add_argument("--fragments", type=int_in(2, 3), default=DEFAULTS["fragments"], help="流式 DiLoCo 的段数")
+    p.add_argument("--sync-delay", type=int_in(0, 99), default=DEFAULTS["sync_delay"],
+                   help="流式 DiLoCo 的 τ：一段的全归约和之后几个内层步重叠（< H / 段数）")
+    p.add_argument("--kill-at", type=float_in(0, 1, low_open=True, high_open=True), default=DEFAULTS["kill_at"],
+                   help="训练进行到这个比例时 SIGKILL 副本 2（按 torchft 的步数）")
+    p.add_argument("--restart-at", type=float_in(0, 1, low_open=True, high_open=True),
+                   default=DEFAULTS["restart_at"], help="进行到这个比例时重启它（须大于 --kill-at）")
+    p.add_argument("--no-restart", action="store_true", help="被杀的副本不再回来")
+    p.add_argument("--no-failure", action="store_true", help="不杀任何进程（对照）")
+    p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较")
+    p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
+                   help="每次全归约、法定人数和状态下载的时限，秒（gloo 默认 1800 s，这里从不用它）")
+    p.add_argument("--quick", action="store_true", help="很小的设置，给测试用")
+    return p
+
+
+class UsageError(Exception):
+    exit_status = 2
+
+
+def settings_for(args, mode):
+    from lecture09.engines.torchft_replica import ReplicaSettings
+
+    steps = args.ddp_steps if mode == "ddp" else args.outer_steps * (args.fragments if mode == "streaming" else 1)
+    return ReplicaSettings(mode=mode, n_replicas=args.replicas, outer_steps=steps,
+                           inner_steps=1 if mode == "ddp" else args.inner_steps,
+                           fragments=args.fragments, sync_delay=args.sync_delay, timeout_s=args.timeout)
+
+
+def failure_for(args, steps):
+    from lecture09.engines.torchft_run import Failure
+
+    if args.no_failure:
+        return None
+    kill = max(1, round(args.kill_at * steps))
+    restart = None if args.no_restart else max(kill + 1, round(args.restart_at * steps))
+    return Failure(replica=2, kill_at=kill, restart_at=restart)
+
+
+def check_args(args):
+    if args.restart_at <= args.kill_at and not args.no_restart:
+        raise UsageError("--restart-at 必须大于 --kill-at (must be later than --kill-at)")
+    if "streaming" in args.modes:
+        per_fragment = args.inner_steps // args.fragments
+        if args.inner_steps % args.fragments:
+            raise UsageError(f"--inner-steps {args.inner_steps} 不能被 --fragments {args.fragments} 整除 "
+                             "(torchft needs H divisible by the fragments)")
+        if args.sync_delay >= per_fragment:
+            raise UsageError(f"--sync-delay 必须小于 H / 段数 = {per_fragment} (torchft: τ < H / fragments)")
+
+
+def bpc_of(state):
+    from lecture01 import tiny_gpt
+    from lecture09.compress import training
+    from lecture09.lecture_model import MODEL_CONFIG
+
+    model = tiny_gpt.make_model(MODEL_CONFIG)
+    model.load_state_dict(state)
+    return tiny_gpt.bits_per_char(model, training.world_tokens(0)[1])
+
+
+def progress(label):
+    started = time.perf_counter()
+
+    def on_event(event):
+        if event.replica == 0:
+            print(f"\r  {label}：torchft 第 {event.step} 步 step", end="", file=sys.stderr, flush=True)
+    return on_event, started
+
+
+def sim_check(args):
+    from lecture01 import tiny_gpt
+    from lecture09.compress import local_sgd, training
+    from lecture09.engines import torchft_run
+    from lecture09.engines.torchft_report import SimCheck
+
+    s = settings_for(args, "diloco")
+    on_event, _ = progress("(e) 不杀进程的 DiLoCo")
+    record = torchft_run.run(s, None, on_event=on_event)
+    setup = training.TrainSetup(recipe=tiny_gpt.TrainConfig(steps=s.total_inner_steps,
+                                                            batch_size=s.batch_per_replica * s.n_replicas,
+                                                            peak_lr=s.peak_lr),
+                                n_workers=s.n_replicas, outer_lr=s.outer_lr, outer_momentum=s.outer_momentum)
+    result = local_sgd.train(training.Run("diloco", "adamw", "none", param=s.inner_steps),
+                             training.Seeds(s.model_seed, s.data_seed), setup)
+    diffs = []
+    for k in range(1, s.outer_steps + 1):
+        losses = [e.loss for e in record.events if e.step == k and e.committed]
+        diffs.append(abs(sum(losses) / len(losses) - result.losses[k * s.inner_steps - 1]))
+    return SimCheck(syncs=s.outer_steps, max_loss_diff=max(diffs), engine_bpc=bpc_of(record.finals[0]),
+                    sim_bpc=result.bpc)
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.quick:
+        apply_quick(args, QUICK, given_flags(parser, argv if argv is not None else sys.argv[1:]))
+    check_args(args)
+    import os
+
+    os.environ.setdefault("RUST_LOG", "error")   # torchft's Rust servers: errors only (read at import)
+    if not sys.platform.startswith("linux"):
+        print(UNAVAILABLE, file=sys.stderr)
+        return 2
+    try:
+        import torchft  # noqa: F401
+    except ImportError:
+        print("没有装 torchft：先运行 pip install -r requirements.txt (torchft is not installed)", file=sys.stderr)
+        return 2
+    from lecture09.engines import torchft_report as report
+    from lecture09.engines import torchft_run
+    from lecture09.lecture_model import MODEL_CONFIG
+    from lecture01 import tiny_gpt
+
+    started = time.perf_counter()
+    print_header("第 9 讲 · 代码 9：torchft 上的容错训练 fault tolerance on a real engine")
+    print_wrapped(f"{args.replicas} 个副本组 replica groups，各 1 个 gloo rank、各自一个进程；一个 Lighthouse；"
+                  f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约、法定人数和下载的"
+                  f"时限 {args.timeout:g} s；Lighthouse 把 {torchft_run.HEARTBEAT_TIMEOUT_MS} ms 没有心跳的副本当作死了。")
+    if not args.no_failure:
+        print_wrapped(f"故障 failure：训练到 {args.kill_at:.0%} 时 SIGKILL 副本 2（不让它清理，像断电）"
+                      + ("。" if args.no_restart else f"；到 {args.restart_at:.0%} 时重启它：一个已经 import 好 "
+                         "torch 的备用进程，从零状态加入，从同伴那里恢复。"))
+    summaries = []
+    for letter, mode in zip("abc", args.modes):
+        s = settings_for(args, mode)
+        failure = failure_for(args, s.outer_steps)
+        on_event, t = progress(f"({letter}) {mode}")
+        record = torchft_run.run(s, failure, on_event=on_event)
+        print(f"\r  ({letter}) {mode}：{time.perf_counter() - t:.1f} s" + " " * 20, file=sys.stderr)
+        what = ("每步一次法定人数、一次梯度全归约" if mode == "ddp" else
+                f"每 {s.inner_steps} 个内层步同步一次伪梯度，外层 SGD（Nesterov）" if mode == "diloco" else
+                f"{s.fragments} 段轮流，每 {s.inner_steps // s.fragments} 个内层步同步一段，"
+                f"重叠 τ = {s.sync_delay} 步")
+        print()
+        print_header(f"({letter}) {report.MODE_WORDS[mode]}：{what}", "-")
+        report.print_lines(report.timeline_lines(record))
+        summaries.append(report.summarize(record, bpc_of(record.finals[0])))
+    print()
+    print_header("(d) 放在一起：提交、丢弃、缺席（被杀的副本不在其中的已提交步）的步数，单位是各自的 torchft 步", "-")
+    report.print_lines(report.summary_lines(summaries))
+    print_wrapped("空窗 = 从杀进程到幸存者下一次提交的秒数，恢复 s = 重启的副本那次法定人数（含下载）的秒数："
+                  "都是这台机器上的实测 [实测]。终态 = 每个副本结束时的 θ_global 和副本 0 的最大差。")
+    param_bytes = 4 * tiny_gpt.make_model(MODEL_CONFIG).n_params()
+    for line in report.summary_observations(summaries, param_bytes, victim=2):
+        print_wrapped("· " + line)
+    if args.check:
+        check = sim_check(args)
+        print("\r" + " " * 60, file=sys.stderr)
+        print()
+        print_header(f"(e) 不杀进程：torchft 的 DiLoCo 和我们的模拟 compress/local_sgd.py（同样的种子、H = "
+                     f"{args.inner_steps}、{args.replicas} 个工作者）", "-")
+        report.print_lines(report.sim_check_lines(check, SIM_TOLERANCE))
+    print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    from lecture09.engines.torchft_run import EngineFailed
+
+    run_main(main, failures=(EngineFailed, UsageError))

@@ -1,0 +1,200 @@
+"""A torchft Lighthouse and n replica processes on 127.0.0.1; one replica killed and restarted.
+
+Introduced in lecture 9, code 9 (09_torchft.py, notes §7.18). The parent process holds the
+Lighthouse (torchft's Rust quorum server) and starts one process per replica group
+(torchft_replica.run_replica). It reads their reports, kills a replica (SIGKILL: no
+clean-up, like a machine that loses power) when it reports the stated step, and starts it
+again, as a fresh process with no state, once the others reach the restart step. The
+restarted replica heals: it downloads a healthy peer's state over HTTP and trains on.
+
+    record = run(ReplicaSettings(mode="diloco"), Failure(replica=2, kill_at=4, restart_at=7))
+
+Every wait is bounded: each collective, quorum and transfer by settings.timeout_s, the
+Lighthouse's view of a dead replica by HEARTBEAT_TIMEOUT_MS, the whole run by run_timeout_s.
+On any exit (success, a failed replica, the deadline, Ctrl-C) every child is stopped.
+"""
+
+import multiprocessing
+import time
+from multiprocessing.connection import wait
+from dataclasses import dataclass, field
+
+from lecture01.cli_args import sigint_ignored
+from lecture09.engines.torchft_replica import ReplicaSettings, run_replica
+
+JOIN_TIMEOUT_MS = 2000        # the Lighthouse waits this long for a heartbeating replica to join a quorum
+HEARTBEAT_TIMEOUT_MS = 1500   # a replica silent this long is dead to the Lighthouse
+QUORUM_TICK_MS = 50           # how often the Lighthouse re-checks whether a quorum can form
+POLL_S = 0.05
+
+
+class EngineFailed(RuntimeError):
+    """A replica raised or died on its own, or the run ran out of time."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    replica: int = 2        # which replica is killed
+    kill_at: int = 4        # killed when it reports this manager step
+    restart_at: int = 7     # started again when a survivor reports this step; None = never
+
+
+@dataclass
+class Event:
+    seconds: float          # since the replicas were released
+    replica: int
+    step: int               # the manager's step after this report (committed steps so far)
+    members: tuple          # replica numbers in the quorum this step used
+    committed: bool
+    loss: float
+    healed_bytes: int       # > 0: this step began by downloading a peer's state
+    heal_s: float
+
+
+@dataclass
+class RunRecord:
+    settings: ReplicaSettings
+    failure: Failure = None
+    events: list = field(default_factory=list)
+    finals: dict = field(default_factory=dict)    # replica -> its θ_global state dict at the end
+    killed_s: float = None                        # when the kill happened (since release)
+    restarted_s: float = None
+    seconds: float = 0.0
+
+    def of(self, replica):
+        return [e for e in self.events if e.replica == replica]
+
+
+class _Sender:
+    """One child's end of its own pipe. Not a shared Queue: SIGKILL can land while a child
+    holds a shared queue's write lock, and then every other child blocks on it forever."""
+
+    def __init__(self, connection):
+        self._connection = connection
+
+    def put(self, message):
+        self._connection.send(message)
+
+
+def _child(replica, lighthouse_addr, settings, connection, go):
+    import os
+    import signal
+    import tempfile
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent answers Ctrl-C and stops us
+    # torchft, gloo and the checkpoint server write their own logs; keep them out of the
+    # lecture's output, in a file the error message names
+    log = os.path.join(tempfile.gettempdir(), f"torchft_replica{replica}_{os.getpid()}.log")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        messages = _Sender(connection)
+        run_replica(replica, lighthouse_addr, settings, messages, go)
+        os.unlink(log)
+    except BaseException as error:      # one line to the parent; it decides what to print
+        text = str(error).splitlines()[0] if str(error) else ""
+        messages.put(("error", replica, f"{type(error).__name__}: {text[:200]} (log: {log})"))
+
+
+def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
+    """Train settings.n_replicas replicas under a Lighthouse; a RunRecord."""
+    import os
+
+    os.environ.setdefault("RUST_LOG", "error")
+    from torchft._torchft import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=JOIN_TIMEOUT_MS,
+                                  heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, quorum_tick_ms=QUORUM_TICK_MS)
+    address = "http://127.0.0.1:" + lighthouse.address().rsplit(":", 1)[1]
+    ctx = multiprocessing.get_context("spawn")
+    record = RunRecord(settings=settings, failure=failure)
+    processes, go, pipes = {}, {}, {}
+
+    def start(key, replica):
+        go[key] = ctx.Event()
+        reader, writer = ctx.Pipe(duplex=False)
+        with sigint_ignored():
+            p = ctx.Process(target=_child, args=(replica, address, settings, writer, go[key]), daemon=True)
+            p.start()
+        writer.close()
+        processes[key], pipes[key] = p, reader
+
+    def next_message():
+        """A message from any child, or None after POLL_S; a child that died unasked raises."""
+        for reader in wait(list(pipes.values()), timeout=POLL_S):
+            key = next(k for k, r in pipes.items() if r is reader)
+            try:
+                return reader.recv()
+            except EOFError:                 # its pipe closed: it exited
+                del pipes[key]
+                processes[key].join(5)
+                if key not in done and not (killed and key == failure.replica):
+                    raise EngineFailed(f"replica {key} exited with status {processes[key].exitcode}")
+        return None
+
+    try:
+        for r in range(settings.n_replicas):
+            start(r, r)
+        if failure and failure.restart_at is not None:
+            start("standby", failure.replica)   # the restarted replica: imports now, joins when told
+        deadline = time.monotonic() + run_timeout_s
+        n_ready, t0 = 0, None
+        killed = restarted = False
+        done, expected = set(), settings.n_replicas
+        while len(done) < expected:
+            if time.monotonic() > deadline:
+                raise EngineFailed(f"超时 timeout: the run did not finish within {run_timeout_s:g} s")
+            message = next_message()
+            if message is None:
+                continue
+            kind, replica = message[0], message[1]
+            if kind == "error":
+                raise EngineFailed(f"replica {replica}: {message[2]}")
+            if kind == "ready":
+                n_ready += 1
+                if n_ready == len(processes):      # every process has imported: start the clock
+                    t0 = time.perf_counter()
+                    for key in range(settings.n_replicas):
+                        go[key].set()
+                continue
+            now = time.perf_counter() - t0
+            if kind == "done":
+                import torch
+                done.add("standby" if restarted and replica == failure.replica else replica)
+                record.finals[replica] = {k: torch.from_numpy(v) for k, v in message[3].items()}
+                survivors = [k for k in processes if k not in (failure and failure.replica, "standby")]
+                if (restarted and "standby" not in done and all(k in done for k in survivors)
+                        and not any(e.seconds >= record.restarted_s and e.replica == failure.replica
+                                    for e in record.events)):
+                    break      # the others finished before the restarted replica joined a quorum
+                continue
+            if killed and not restarted and replica == failure.replica:
+                continue      # a report the killed process sent just before the kill landed
+            event = Event(now, replica, *message[2:])
+            record.events.append(event)
+            if on_event:
+                on_event(event)
+            if failure and not killed and replica == failure.replica and event.step >= failure.kill_at:
+                processes[replica].kill()
+                processes[replica].join(5)
+                killed, record.killed_s = True, time.perf_counter() - t0
+                if failure.restart_at is None:
+                    expected -= 1
+                else:
+                    done.add(replica)            # the killed process: the standby replaces it
+                    expected += 1
+            elif (killed and not restarted and failure.restart_at is not None
+                  and replica != failure.replica and event.step >= failure.restart_at):
+                go["standby"].set()
+                restarted, record.restarted_s = True, time.perf_counter() - t0
+        record.seconds = time.perf_counter() - t0
+        return record
+    finally:
+        for p in processes.values():
+            if p.is_alive():
+                p.kill()
+        for p in processes.values():
+            p.join(5)
+        lighthouse.shutdown()
