@@ -28,6 +28,7 @@ CHEAPEST = {
     "06_swarm_http.py": ["--steps", "2", "--workers", "1", "--modes", "none"],   # server and a worker
     "07_compression_beyond.py": None,                              # every table trains: golden tests
     "08_byzantine.py": None,                                       # every table trains: golden tests
+    "09_torchft.py": None,                                         # real processes, ~40 s: test_code9.py
 }
 
 

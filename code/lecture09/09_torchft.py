@@ -49,27 +49,27 @@ UNAVAILABLE = ("torchft 只有 Linux 的 wheel，这台机器上跑不了代码 
 
 def build_parser():
     p = Parser(description="第 9 讲 代码 9：torchft 上的容错训练（Lighthouse、法定人数、杀进程、现场恢复）。")
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(DEFAULTS["modes"]),
-                   help="训练方式：ddp（每步同步）、diloco（每 H 步）、streaming（分段轮流）")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(DEFAULTS["modes"]), metavar="MODE",
+                   help="训练方式 modes（可多选）：ddp（每步同步 every step）、diloco（每 H 步）、streaming（分段轮流 fragments in turn）")
     p.add_argument("--replicas", type=int_in(3, 4), default=DEFAULTS["replicas"],
-                   help="副本组个数（每组 1 个 gloo rank）；至少 3：杀掉一个还剩法定的 2 个")
-    p.add_argument("--ddp-steps", type=int_in(10, 2000), default=DEFAULTS["ddp_steps"], help="DDP 的训练步数")
+                   help="副本组 replica groups 的个数（每组 1 个 gloo rank）；至少 3：杀掉一个还剩法定的 2 个 (quorum of 2)")
+    p.add_argument("--ddp-steps", type=int_in(10, 2000), default=DEFAULTS["ddp_steps"], help="DDP 的训练步数 training steps")
     p.add_argument("--outer-steps", type=int_in(4, 200), default=DEFAULTS["outer_steps"],
-                   help="DiLoCo 的外层步数（流式：每段各这么多次同步）")
-    p.add_argument("--inner-steps", type=int_in(2, 100), default=DEFAULTS["inner_steps"], help="H：每次同步之间的内层步数")
-    p.add_argument("--fragments", type=int_in(2, 3), default=DEFAULTS["fragments"], help="流式 DiLoCo 的段数")
+                   help="DiLoCo 的外层步数 outer steps（流式：每段各这么多次同步 syncs per fragment）")
+    p.add_argument("--inner-steps", type=int_in(2, 100), default=DEFAULTS["inner_steps"], help="H：每次同步之间的内层步数 inner steps per sync")
+    p.add_argument("--fragments", type=int_in(2, 3), default=DEFAULTS["fragments"], help="流式 DiLoCo 的段数 fragments")
     p.add_argument("--sync-delay", type=int_in(0, 99), default=DEFAULTS["sync_delay"],
-                   help="流式 DiLoCo 的 τ：一段的全归约和之后几个内层步重叠（< H / 段数）")
+                   help="流式 DiLoCo 的 τ：一段的全归约和之后几个内层步重叠 overlap（< H / 段数）")
     p.add_argument("--kill-at", type=float_in(0, 1, low_open=True, high_open=True), default=DEFAULTS["kill_at"],
-                   help="训练进行到这个比例时 SIGKILL 副本 2（按 torchft 的步数）")
+                   help="训练进行到这个比例 fraction 时 SIGKILL 副本 2（按 torchft 的步数 steps）")
     p.add_argument("--restart-at", type=float_in(0, 1, low_open=True, high_open=True),
-                   default=DEFAULTS["restart_at"], help="进行到这个比例时重启它（须大于 --kill-at）")
-    p.add_argument("--no-restart", action="store_true", help="被杀的副本不再回来")
-    p.add_argument("--no-failure", action="store_true", help="不杀任何进程（对照）")
-    p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较")
+                   default=DEFAULTS["restart_at"], help="进行到这个比例时重启 restart 它（须大于 --kill-at）")
+    p.add_argument("--no-restart", action="store_true", help="被杀的副本不再回来 (no restart)")
+    p.add_argument("--no-failure", action="store_true", help="不杀任何进程（对照 control run, no failure）")
+    p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
-                   help="每次全归约、法定人数和状态下载的时限，秒（gloo 默认 1800 s，这里从不用它）")
-    p.add_argument("--quick", action="store_true", help="很小的设置，给测试用")
+                   help="每次全归约、法定人数和状态下载的时限 timeout，秒（gloo 默认 1800 s，这里从不用它）")
+    p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
     return p
 
 
