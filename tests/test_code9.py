@@ -218,3 +218,51 @@ def test_the_quick_run_prints_every_part_within_100_columns():
     rows = [line for line in out.splitlines() if line.startswith("  容错 DDP") or line.startswith("  DiLoCo")
             or line.startswith("  流式 DiLoCo")]
     assert len(rows) == 3
+
+
+def test_lighthouse_lines_by_hand():
+    from lecture09.engines.torchft_run import Failure
+    from lecture09.engines.torchft_report import lighthouse_lines
+    rec = record_of([(1.0, r, 1, (0, 1, 2), True, 2.0, 0, 0.0) for r in range(3)],
+                    failure=Failure(kill_at=1, restart_at=None, lighthouse=True), killed_s=1.5)
+    rec.errors = {0: (11.6, "TimeoutError: x (log: /tmp/a)"), 1: (11.7, "TimeoutError: x (log: /tmp/b)")}
+    lines = lighthouse_lines(rec, timeout_s=10)
+    assert "一步也没有多" in lines[0]
+    assert "10.1–10.2 s" in lines[-2] and "--timeout 10 s" in lines[-2]
+    assert lines[-1].endswith("2") and "/tmp" not in "".join(lines)
+    rec.errors = {r: (3.0, "E") for r in range(3)}
+    assert not any("相符" in line for line in lighthouse_lines(rec, timeout_s=10))
+
+
+@needs_torchft
+def test_with_the_lighthouse_gone_nothing_commits_and_every_replica_stops():
+    from lecture09.engines import torchft_run
+    from lecture09.engines.torchft_replica import ReplicaSettings
+    s = ReplicaSettings(mode="ddp", outer_steps=40, inner_steps=1, timeout_s=2.0)
+    record = torchft_run.run(s, torchft_run.Failure(kill_at=5, restart_at=None, lighthouse=True), run_timeout_s=90)
+    at_kill = max(e.step for e in record.events if e.seconds <= record.killed_s)
+    assert max(e.step for e in record.events if e.committed) <= at_kill + 1   # a quorum formed just before
+    assert sorted(record.errors) == [0, 1, 2]
+    assert all(seconds - record.killed_s >= 2.0 for seconds, _ in record.errors.values())
+
+
+@needs_torchft
+def test_ctrl_c_stops_with_one_line_and_leaves_no_process():
+    import os
+    import signal
+    import time
+    from conftest import start_in_own_group
+    p = start_in_own_group(SCRIPT, "--quick", cwd=str(ROOT.parent))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:            # until the Lighthouse and the replicas exist
+        found = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+        if len(found) >= 5:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout == ""

@@ -39,7 +39,7 @@ from lecture01.console import print_header, print_wrapped  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
 DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=150, outer_steps=12, inner_steps=10, fragments=2,
-                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True)
+                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500)
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
 #                           different order, so anything near 1e-3 would be a real difference
@@ -66,6 +66,10 @@ def build_parser():
                    default=DEFAULTS["restart_at"], help="进行到这个比例时重启 restart 它（须大于 --kill-at）")
     p.add_argument("--no-restart", action="store_true", help="被杀的副本不再回来 (no restart)")
     p.add_argument("--no-failure", action="store_true", help="不杀任何进程（对照 control run, no failure）")
+    p.add_argument("--kill-lighthouse", action="store_true",
+                   help="再跑一遍 (f)：不杀副本，在 --kill-at 时停掉 Lighthouse (stop the Lighthouse)，看训练怎样停下")
+    p.add_argument("--heartbeat-ms", type=int_in(200, 10000), default=DEFAULTS["heartbeat_ms"],
+                   help="Lighthouse 把多久没有心跳 heartbeat 的副本当作死了，毫秒")
     p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
                    help="每次全归约、法定人数和状态下载的时限 timeout，秒（gloo 默认 1800 s，这里从不用它）")
@@ -122,9 +126,14 @@ def progress(label):
     started = time.perf_counter()
 
     def on_event(event):
-        if event.replica == 0:
+        if event.replica == 0 and sys.stderr.isatty():
             print(f"\r  {label}：torchft 第 {event.step} 步 step", end="", file=sys.stderr, flush=True)
     return on_event, started
+
+
+def finished(label, started):
+    """One stderr line per run (over the progress line, on a terminal)."""
+    print(f"\r  {label}：{time.perf_counter() - started:.1f} s" + " " * 24, file=sys.stderr)
 
 
 def sim_check(args):
@@ -134,8 +143,9 @@ def sim_check(args):
     from lecture09.engines.torchft_report import SimCheck
 
     s = settings_for(args, "diloco")
-    on_event, _ = progress("(e) 不杀进程的 DiLoCo")
+    on_event, started = progress("(e) 不杀进程的 DiLoCo")
     record = torchft_run.run(s, None, on_event=on_event)
+    finished("(e) 不杀进程的 DiLoCo", started)
     setup = training.TrainSetup(recipe=tiny_gpt.TrainConfig(steps=s.total_inner_steps,
                                                             batch_size=s.batch_per_replica * s.n_replicas,
                                                             peak_lr=s.peak_lr),
@@ -176,7 +186,7 @@ def main(argv=None):
     print_header("第 9 讲 · 代码 9：torchft 上的容错训练 fault tolerance on a real engine")
     print_wrapped(f"{args.replicas} 个副本组 replica groups，各 1 个 gloo rank、各自一个进程；一个 Lighthouse；"
                   f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约、法定人数和下载的"
-                  f"时限 {args.timeout:g} s；Lighthouse 把 {torchft_run.HEARTBEAT_TIMEOUT_MS} ms 没有心跳的副本当作死了。")
+                  f"时限 {args.timeout:g} s；Lighthouse 把 {args.heartbeat_ms} ms 没有心跳的副本当作死了。")
     if not args.no_failure:
         print_wrapped(f"故障 failure：训练到 {args.kill_at:.0%} 时 SIGKILL 副本 2（不让它清理，像断电）"
                       + ("。" if args.no_restart else f"；到 {args.restart_at:.0%} 时重启它：一个已经 import 好 "
@@ -186,8 +196,8 @@ def main(argv=None):
         s = settings_for(args, mode)
         failure = failure_for(args, s.outer_steps)
         on_event, t = progress(f"({letter}) {mode}")
-        record = torchft_run.run(s, failure, on_event=on_event)
-        print(f"\r  ({letter}) {mode}：{time.perf_counter() - t:.1f} s" + " " * 20, file=sys.stderr)
+        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms)
+        finished(f"({letter}) {mode}", t)
         what = ("每步一次法定人数、一次梯度全归约" if mode == "ddp" else
                 f"每 {s.inner_steps} 个内层步同步一次伪梯度，外层 SGD（Nesterov）" if mode == "diloco" else
                 f"{s.fragments} 段轮流，每 {s.inner_steps // s.fragments} 个内层步同步一段，"
@@ -206,11 +216,21 @@ def main(argv=None):
         print_wrapped("· " + line)
     if args.check:
         check = sim_check(args)
-        print("\r" + " " * 60, file=sys.stderr)
         print()
         print_header(f"(e) 不杀进程：torchft 的 DiLoCo 和我们的模拟 compress/local_sgd.py（同样的种子、H = "
                      f"{args.inner_steps}、{args.replicas} 个工作者）", "-")
         report.print_lines(report.sim_check_lines(check, SIM_TOLERANCE))
+    if args.kill_lighthouse:
+        s = settings_for(args, args.modes[0])
+        failure = torchft_run.Failure(kill_at=max(1, round(args.kill_at * s.outer_steps)), restart_at=None,
+                                      lighthouse=True)
+        on_event, t = progress("(f) 停掉 Lighthouse")
+        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms)
+        finished("(f) 停掉 Lighthouse", t)
+        print()
+        print_header(f"(f) {report.MODE_WORDS[s.mode]}，在第 {failure.kill_at} 步停掉 Lighthouse（不杀副本）", "-")
+        report.print_lines(report.timeline_lines(record))
+        report.print_lines(report.lighthouse_lines(record, args.timeout))
     print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

@@ -115,11 +115,12 @@ def _named_in_model(model, fragment, tensors):
     return {names[id(p)]: tensors[n] for n, p in fragment.named_parameters()}
 
 
-def run_replica(replica, lighthouse_addr, settings, messages, go=None):
+def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=False):
     """Train until the manager has committed settings.outer_steps steps; report on `messages`.
 
-    `go` (an Event): wait for it after the imports and before joining, so that a standby
-    process has paid for importing torch before it is needed."""
+    `go` (an Event): say "ready" and wait for it, so that every replica starts together
+    (after its Manager exists) and a standby (`standby`: before its Manager exists) has
+    paid for importing torch before it is needed."""
     os.environ.setdefault("RUST_LOG", "error")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import logging
@@ -163,10 +164,14 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None):
         # the Manager holds it in _pending_state_dict while it applies it
         healed["bytes"] = state_bytes(manager._pending_state_dict)
 
-    if go is not None:
-        messages.put(("ready", replica))
-        if not go.wait(600):
-            raise TimeoutError("not started by the parent within 600 s")
+    def ready_then_wait():
+        if go is not None:
+            messages.put(("ready", replica))
+            if not go.wait(600):
+                raise TimeoutError("not started by the parent within 600 s")
+
+    if standby:
+        ready_then_wait()       # a Manager heartbeats: the others' quorums would wait for it
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
     manager = Manager(pg=ProcessGroupGloo(timeout=timeout), load_state_dict=load_state_dict,
                       state_dict=state_dict, min_replica_size=2, use_async_quorum=False,
@@ -176,6 +181,8 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None):
                       port=0, hostname="127.0.0.1", init_sync=False,
                       checkpoint_transport=_loopback_transport(timeout))
     client = manager._client = _RecordingClient(manager._client)
+    if not standby:
+        ready_then_wait()       # heartbeating already: the first quorum waits for all of us
     quorum_s = {"last": 0.0}
     start_quorum = manager.start_quorum
 

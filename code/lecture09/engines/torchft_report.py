@@ -6,6 +6,7 @@ torchft_run.RunRecord (and, for the check, compress.local_sgd's RunResult); noth
 starts a process, so the tests can feed it hand-made records.
 """
 
+import textwrap
 from dataclasses import dataclass
 
 from lecture01.console import pad, print_wrapped
@@ -183,6 +184,25 @@ def sim_check_lines(check, tolerance):
     same = abs(check.engine_bpc - check.sim_bpc) <= tolerance and check.max_loss_diff <= tolerance
     lines.append(f"  {'一致' if same else '不一致'}：容差 tolerance {tolerance:g}" +
                  ("（每个差都在容差以内）" if same else "——超出容差：torchft 的 DiLoCo 和我们的模拟这里不一致"))
+    return lines
+
+
+def lighthouse_lines(record, timeout_s):
+    """What happened after the Lighthouse stopped: commits, then each replica's error."""
+    before = max((e.step for e in record.events if e.seconds <= record.killed_s), default=0)
+    last = max((e.step for e in record.events if e.committed), default=0)
+    lines = [f"Lighthouse 在第 {before} 步时停下（{record.killed_s:.2f} s）。之后提交到第 {last} 步"
+             + ("，一步也没有多。" if last == before else "：这些步的法定人数在它停下之前已经组成。")]
+    for replica, (seconds, text) in sorted(record.errors.items()):
+        lines.append(f"  副本 {replica}：停下后 {seconds - record.killed_s:.1f} s 报错退出："
+                     f"{textwrap.shorten(text.split(' (log:')[0], 56, placeholder=' …')}")
+    waits = [seconds - record.killed_s for seconds, _ in record.errors.values()]
+    if waits and all(timeout_s <= w <= timeout_s + 1.0 for w in waits):
+        lines.append(f"  每个副本都在停下后 {min(waits):.1f}–{max(waits):.1f} s 报错：和时限 --timeout {timeout_s:g} s 相符"
+                     "（换一个 --timeout 再跑，这一列跟着变）。")
+    missing = sorted(set(range(record.settings.n_replicas)) - set(record.errors))
+    if missing:
+        lines.append("  没有报错的副本 replicas without an error：" + " ".join(map(str, missing)))
     return lines
 
 

@@ -37,6 +37,7 @@ class Failure:
     replica: int = 2        # which replica is killed
     kill_at: int = 4        # killed when it reports this manager step
     restart_at: int = 7     # started again when a survivor reports this step; None = never
+    lighthouse: bool = False   # stop the Lighthouse at kill_at instead (no replica is killed)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class RunRecord:
     finals: dict = field(default_factory=dict)    # replica -> its θ_global state dict at the end
     killed_s: float = None                        # when the kill happened (since release)
     restarted_s: float = None
+    errors: dict = field(default_factory=dict)    # replica -> (seconds, its one-line error): Lighthouse runs
     seconds: float = 0.0
 
     def of(self, replica):
@@ -76,7 +78,7 @@ class _Sender:
         self._connection.send(message)
 
 
-def _child(replica, lighthouse_addr, settings, connection, go):
+def _child(replica, lighthouse_addr, settings, connection, go, standby):
     import os
     import signal
     import tempfile
@@ -91,24 +93,49 @@ def _child(replica, lighthouse_addr, settings, connection, go):
     os.close(fd)
     try:
         messages = _Sender(connection)
-        run_replica(replica, lighthouse_addr, settings, messages, go)
+        run_replica(replica, lighthouse_addr, settings, messages, go, standby=standby)
         os.unlink(log)
     except BaseException as error:      # one line to the parent; it decides what to print
         text = str(error).splitlines()[0] if str(error) else ""
         messages.put(("error", replica, f"{type(error).__name__}: {text[:200]} (log: {log})"))
 
 
-def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
-    """Train settings.n_replicas replicas under a Lighthouse; a RunRecord."""
+def _lighthouse_child(connection, heartbeat_timeout_ms):
+    """The Lighthouse in a process of its own, as in production, so that it can be killed:
+    LighthouseServer.shutdown() only stops it accepting connections (measured: a Manager
+    already connected still got quorums afterwards)."""
     import os
+    import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("RUST_LOG", "error")
     from torchft._torchft import LighthouseServer
 
-    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=JOIN_TIMEOUT_MS,
-                                  heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, quorum_tick_ms=QUORUM_TICK_MS)
-    address = "http://127.0.0.1:" + lighthouse.address().rsplit(":", 1)[1]
+    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=JOIN_TIMEOUT_MS,
+                              heartbeat_timeout_ms=heartbeat_timeout_ms, quorum_tick_ms=QUORUM_TICK_MS)
+    connection.send(int(server.address().rsplit(":", 1)[1]))
+    try:
+        connection.recv()          # until the parent closes its end (or dies)
+    except EOFError:
+        pass
+    server.shutdown()
+
+
+def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS):
+    """Train settings.n_replicas replicas under a Lighthouse; a RunRecord.
+
+    With failure.lighthouse the Lighthouse is stopped instead: every replica's next quorum
+    then fails after settings.timeout_s, and each error is recorded, not raised."""
     ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    with sigint_ignored():
+        lighthouse = ctx.Process(target=_lighthouse_child, args=(theirs, heartbeat_timeout_ms), daemon=True)
+        lighthouse.start()
+    theirs.close()
+    if not mine.poll(60):
+        lighthouse.kill()
+        raise EngineFailed("the Lighthouse did not start within 60 s")
+    address = f"http://127.0.0.1:{mine.recv()}"
     record = RunRecord(settings=settings, failure=failure)
     processes, go, pipes = {}, {}, {}
 
@@ -116,7 +143,8 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
         go[key] = ctx.Event()
         reader, writer = ctx.Pipe(duplex=False)
         with sigint_ignored():
-            p = ctx.Process(target=_child, args=(replica, address, settings, writer, go[key]), daemon=True)
+            p = ctx.Process(target=_child, args=(replica, address, settings, writer, go[key], key == "standby"),
+                            daemon=True)
             p.start()
         writer.close()
         processes[key], pipes[key] = p, reader
@@ -130,14 +158,14 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
             except EOFError:                 # its pipe closed: it exited
                 del pipes[key]
                 processes[key].join(5)
-                if key not in done and not (killed and key == failure.replica):
+                if key not in done and not (killed and key == failure.replica and not failure.lighthouse):
                     raise EngineFailed(f"replica {key} exited with status {processes[key].exitcode}")
         return None
 
     try:
         for r in range(settings.n_replicas):
             start(r, r)
-        if failure and failure.restart_at is not None:
+        if failure and failure.restart_at is not None and not failure.lighthouse:
             start("standby", failure.replica)   # the restarted replica: imports now, joins when told
         deadline = time.monotonic() + run_timeout_s
         n_ready, t0 = 0, None
@@ -150,6 +178,10 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
             if message is None:
                 continue
             kind, replica = message[0], message[1]
+            if kind == "error" and killed and failure.lighthouse:
+                record.errors[replica] = (time.perf_counter() - t0, message[2])
+                done.add(replica)
+                continue
             if kind == "error":
                 raise EngineFailed(f"replica {replica}: {message[2]}")
             if kind == "ready":
@@ -176,7 +208,11 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
             record.events.append(event)
             if on_event:
                 on_event(event)
-            if failure and not killed and replica == failure.replica and event.step >= failure.kill_at:
+            if failure and failure.lighthouse and not killed and event.step >= failure.kill_at:
+                lighthouse.kill()          # SIGKILL, like the machine it runs on losing power
+                killed, record.killed_s = True, time.perf_counter() - t0
+            elif failure and not failure.lighthouse and not killed and replica == failure.replica \
+                    and event.step >= failure.kill_at:
                 processes[replica].kill()
                 processes[replica].join(5)
                 killed, record.killed_s = True, time.perf_counter() - t0
@@ -185,7 +221,7 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
                 else:
                     done.add(replica)            # the killed process: the standby replaces it
                     expected += 1
-            elif (killed and not restarted and failure.restart_at is not None
+            elif (killed and not restarted and not failure.lighthouse and failure.restart_at is not None
                   and replica != failure.replica and event.step >= failure.restart_at):
                 go["standby"].set()
                 restarted, record.restarted_s = True, time.perf_counter() - t0
@@ -197,4 +233,8 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None):
                 p.kill()
         for p in processes.values():
             p.join(5)
-        lighthouse.shutdown()
+        mine.close()
+        lighthouse.join(5)
+        if lighthouse.is_alive():
+            lighthouse.kill()
+            lighthouse.join(5)
