@@ -38,7 +38,7 @@ from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_i
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
-DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=150, outer_steps=12, inner_steps=10, fragments=2,
+DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_steps=10, fragments=2,
                 sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500)
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
@@ -110,6 +110,14 @@ def check_args(args):
                              "(torchft needs H divisible by the fragments)")
         if args.sync_delay >= per_fragment:
             raise UsageError(f"--sync-delay 必须小于 H / 段数 = {per_fragment} (torchft: τ < H / fragments)")
+
+
+def fragment_sizes(n):
+    from lecture01 import tiny_gpt
+    from lecture09.engines.torchft_replica import fragments_of
+    from lecture09.lecture_model import MODEL_CONFIG
+
+    return [sum(p.numel() for p in f.parameters()) for f in fragments_of(tiny_gpt.make_model(MODEL_CONFIG), n)]
 
 
 def bpc_of(state):
@@ -204,6 +212,9 @@ def main(argv=None):
                 f"重叠 τ = {s.sync_delay} 步")
         print()
         print_header(f"({letter}) {report.MODE_WORDS[mode]}：{what}", "-")
+        if mode == "streaming":
+            print_wrapped("  段的大小 fragment sizes：" + " + ".join(f"{n:,}" for n in fragment_sizes(s.fragments))
+                          + " 个参数（嵌入、各个变换器块、最后的 LayerNorm 和输出层，按顺序连成几段）")
         report.print_lines(report.timeline_lines(record))
         summaries.append(report.summarize(record, bpc_of(record.finals[0])))
     print()
