@@ -107,6 +107,16 @@ def test_observations_on_each_branch():
     assert not any("没有丢弃" in x for x in obs([summary(gap_s=None, rejoined=False)], 1000, 2))
 
 
+def test_the_gap_is_compared_with_the_shorter_wait():
+    from lecture09.engines.torchft_report import summary_observations as obs
+    near = obs([summary(gap_s=1.45), summary("diloco", gap_s=1.62)], 1000, 2, waits_s=(1.5, 2.0))
+    assert any("1.45–1.62 s" in x and "= 1.5 s" in x and "每次都在" in x for x in near)
+    far = obs([summary(gap_s=2.1)], 1000, 2, waits_s=(3.0, 2.0))
+    assert any("= 2 s" in x and "每次都在" in x for x in far)
+    assert any("不是每次" in x for x in obs([summary(gap_s=2.5)], 1000, 2, waits_s=(1.5, 2.0)))
+    assert not any("空窗" in x for x in obs([summary(gap_s=None)], 1000, 2, waits_s=(1.5, 2.0)))
+
+
 def test_sim_check_lines_on_both_branches():
     from lecture09.engines.torchft_report import SimCheck, sim_check_lines
     assert "一致" in sim_check_lines(SimCheck(6, 1e-7, 3.0, 3.0), 1e-5)[-1]

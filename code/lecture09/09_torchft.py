@@ -39,7 +39,7 @@ from lecture01.console import print_header, print_wrapped  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
 DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_steps=10, fragments=2,
-                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500)
+                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500, join_ms=2000)
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
 #                           different order, so anything near 1e-3 would be a real difference
@@ -70,6 +70,8 @@ def build_parser():
                    help="再跑一遍 (f)：不杀副本，在 --kill-at 时停掉 Lighthouse (stop the Lighthouse)，看训练怎样停下")
     p.add_argument("--heartbeat-ms", type=int_in(200, 10000), default=DEFAULTS["heartbeat_ms"],
                    help="Lighthouse 把多久没有心跳 heartbeat 的副本当作死了，毫秒")
+    p.add_argument("--join-ms", type=int_in(100, 30000), default=DEFAULTS["join_ms"],
+                   help="法定人数最多等一个有心跳、还没报名的副本多久 (join timeout)，毫秒")
     p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
                    help="每次全归约、法定人数和状态下载的时限 timeout，秒（gloo 默认 1800 s，这里从不用它）")
@@ -194,7 +196,8 @@ def main(argv=None):
     print_header("第 9 讲 · 代码 9：torchft 上的容错训练 fault tolerance on a real engine")
     print_wrapped(f"{args.replicas} 个副本组 replica groups，各 1 个 gloo rank、各自一个进程；一个 Lighthouse；"
                   f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约、法定人数和下载的"
-                  f"时限 {args.timeout:g} s；Lighthouse 把 {args.heartbeat_ms} ms 没有心跳的副本当作死了。")
+                  f"时限 {args.timeout:g} s；Lighthouse 把 {args.heartbeat_ms} ms 没有心跳的副本当作死了，"
+                  f"凑法定人数时最多等一个有心跳、还没报名的副本 {args.join_ms} ms (join timeout)。")
     if not args.no_failure:
         print_wrapped(f"故障 failure：训练到 {args.kill_at:.0%} 时 SIGKILL 副本 2（不让它清理，像断电）"
                       + ("。" if args.no_restart else f"；到 {args.restart_at:.0%} 时重启它：一个已经 import 好 "
@@ -204,7 +207,8 @@ def main(argv=None):
         s = settings_for(args, mode)
         failure = failure_for(args, s.outer_steps)
         on_event, t = progress(f"({letter}) {mode}")
-        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms)
+        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms,
+                                 join_timeout_ms=args.join_ms)
         finished(f"({letter}) {mode}", t)
         what = ("每步一次法定人数、一次梯度全归约" if mode == "ddp" else
                 f"每 {s.inner_steps} 个内层步同步一次伪梯度，外层 SGD（Nesterov）" if mode == "diloco" else
@@ -223,7 +227,8 @@ def main(argv=None):
     print_wrapped("空窗 = 从杀进程到幸存者下一次提交的秒数，恢复 s = 重启的副本那次法定人数（含下载）的秒数："
                   "都是这台机器上的实测 [实测]。终态 = 每个副本结束时的 θ_global 和副本 0 的最大差。")
     param_bytes = 4 * tiny_gpt.make_model(MODEL_CONFIG).n_params()
-    for line in report.summary_observations(summaries, param_bytes, victim=2):
+    waits = (args.heartbeat_ms / 1000, args.join_ms / 1000)
+    for line in report.summary_observations(summaries, param_bytes, victim=2, waits_s=waits):
         print_wrapped("· " + line)
     if args.check:
         check = sim_check(args)
@@ -236,7 +241,8 @@ def main(argv=None):
         failure = torchft_run.Failure(kill_at=max(1, round(args.kill_at * s.outer_steps)), restart_at=None,
                                       lighthouse=True)
         on_event, t = progress("(f) 停掉 Lighthouse")
-        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms)
+        record = torchft_run.run(s, failure, on_event=on_event, heartbeat_timeout_ms=args.heartbeat_ms,
+                                 join_timeout_ms=args.join_ms)
         finished("(f) 停掉 Lighthouse", t)
         print()
         print_header(f"(f) {report.MODE_WORDS[s.mode]}，在第 {failure.kill_at} 步停掉 Lighthouse（不杀副本）", "-")

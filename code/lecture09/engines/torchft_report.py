@@ -132,8 +132,12 @@ def summary_lines(summaries):
     return lines
 
 
-def summary_observations(summaries, param_bytes, victim):
-    """Sentences that are functions of the summary rows (each branch unit-tested)."""
+GAP_NEAR_S = 0.3     # a gap "matches" min(heartbeat, join timeout) within this
+
+
+def summary_observations(summaries, param_bytes, victim, waits_s=None):
+    """Sentences that are functions of the summary rows (each branch unit-tested).
+    waits_s: (heartbeat timeout, join timeout) in seconds, the Lighthouse's two waits."""
     lines = []
     equal = [s for s in summaries if s.max_diff == 0]
     if equal and len(equal) == len(summaries):
@@ -154,6 +158,13 @@ def summary_observations(summaries, param_bytes, victim):
         extra = (other.healed_bytes - healed["ddp"].healed_bytes) / param_bytes
         lines.append(f"{MODE_WORDS[other.mode]} 比容错 DDP 多下载 {extra:.3f} 份模型：它的状态里还有上次同步的 "
                      "θ_global 和外层动量 outer momentum，各是一份模型大小。")
+    gaps = [s.gap_s for s in summaries if s.gap_s is not None]
+    if gaps and waits_s:
+        bound = min(waits_s)
+        near = all(abs(g - bound) <= GAP_NEAR_S for g in gaps)
+        lines.append(f"空窗 {min(gaps):.2f}–{max(gaps):.2f} s；Lighthouse 的两个等待里短的那个 min(心跳超时 "
+                     f"{waits_s[0]:g} s, 加入等待 {waits_s[1]:g} s) = {bound:g} s"
+                     + ("：每次都在它 ±0.3 s 以内。" if near else "：不是每次都在它 ±0.3 s 以内。"))
     discarded = [s for s in summaries if s.discarded]
     clean = [s for s in summaries if s.gap_s is not None and not s.discarded]
     if discarded:

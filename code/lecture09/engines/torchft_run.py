@@ -100,7 +100,7 @@ def _child(replica, lighthouse_addr, settings, connection, go, standby):
         messages.put(("error", replica, f"{type(error).__name__}: {text[:200]} (log: {log})"))
 
 
-def _lighthouse_child(connection, heartbeat_timeout_ms):
+def _lighthouse_child(connection, heartbeat_timeout_ms, join_timeout_ms):
     """The Lighthouse in a process of its own, as in production, so that it can be killed:
     LighthouseServer.shutdown() only stops it accepting connections (measured: a Manager
     already connected still got quorums afterwards)."""
@@ -111,7 +111,7 @@ def _lighthouse_child(connection, heartbeat_timeout_ms):
     os.environ.setdefault("RUST_LOG", "error")
     from torchft._torchft import LighthouseServer
 
-    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=JOIN_TIMEOUT_MS,
+    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=join_timeout_ms,
                               heartbeat_timeout_ms=heartbeat_timeout_ms, quorum_tick_ms=QUORUM_TICK_MS)
     connection.send(int(server.address().rsplit(":", 1)[1]))
     try:
@@ -121,7 +121,8 @@ def _lighthouse_child(connection, heartbeat_timeout_ms):
     server.shutdown()
 
 
-def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS):
+def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+        join_timeout_ms=JOIN_TIMEOUT_MS):
     """Train settings.n_replicas replicas under a Lighthouse; a RunRecord.
 
     With failure.lighthouse the Lighthouse is stopped instead: every replica's next quorum
@@ -129,7 +130,8 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_ti
     ctx = multiprocessing.get_context("spawn")
     mine, theirs = ctx.Pipe()
     with sigint_ignored():
-        lighthouse = ctx.Process(target=_lighthouse_child, args=(theirs, heartbeat_timeout_ms), daemon=True)
+        lighthouse = ctx.Process(target=_lighthouse_child, args=(theirs, heartbeat_timeout_ms, join_timeout_ms),
+                                     daemon=True)
         lighthouse.start()
     theirs.close()
     if not mine.poll(60):
