@@ -53,6 +53,22 @@ class ReplicaSettings:
         return self.outer_steps * (1 if self.mode == "ddp" else self.inner_steps)
 
 
+_WORLD = {}
+
+
+def prepare(world_seed):
+    """What every replica needs before it can start, done once in the parent: the toy
+    world's tokens, and a first model and AdamW (whose first use imports torch.optim's
+    machinery, ~0.8 s). Forked replicas inherit both."""
+    from lecture01 import tiny_gpt
+    from lecture09.lecture_model import MODEL_CONFIG
+
+    if world_seed not in _WORLD:
+        _WORLD[world_seed] = tiny_gpt.load_world_tokens(world_seed)
+        tiny_gpt.make_adamw(tiny_gpt.make_model(MODEL_CONFIG), tiny_gpt.TrainConfig())
+    return _WORLD[world_seed]
+
+
 def fragments_of(model, n):
     """The model cut into n fragments along its layers (Streaming DiLoCo syncs one at a time).
 
@@ -144,7 +160,7 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
     timeout = timedelta(seconds=s.timeout_s)
     recipe = tiny_gpt.TrainConfig(steps=s.total_inner_steps, batch_size=s.batch_per_replica * s.n_replicas,
                                   peak_lr=s.peak_lr)
-    train_data, _ = tiny_gpt.load_world_tokens(s.world_seed)
+    train_data, _ = prepare(s.world_seed)
     model = tiny_gpt.make_model(MODEL_CONFIG, seed=s.model_seed)
     inner = tiny_gpt.make_adamw(model, recipe)
     gen = torch.Generator().manual_seed(s.data_seed)

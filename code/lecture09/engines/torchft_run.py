@@ -15,6 +15,7 @@ On any exit (success, a failed replica, the deadline, Ctrl-C) every child is sto
 """
 
 import multiprocessing
+import sys
 import time
 from multiprocessing.connection import wait
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ JOIN_TIMEOUT_MS = 2000        # the Lighthouse waits this long for a heartbeatin
 HEARTBEAT_TIMEOUT_MS = 1500   # a replica silent this long is dead to the Lighthouse
 QUORUM_TICK_MS = 50           # how often the Lighthouse re-checks whether a quorum can form
 POLL_S = 0.05
+EXIT_GRACE_S = 1.0            # after the last result, how long the children get to exit by themselves
 
 
 class EngineFailed(RuntimeError):
@@ -115,8 +117,8 @@ def _lighthouse_child(connection, heartbeat_timeout_ms, join_timeout_ms):
                               heartbeat_timeout_ms=heartbeat_timeout_ms, quorum_tick_ms=QUORUM_TICK_MS)
     connection.send(int(server.address().rsplit(":", 1)[1]))
     try:
-        connection.recv()          # until the parent closes its end (or dies)
-    except EOFError:
+        connection.recv()          # "stop" from the parent
+    except EOFError:               # or the parent is gone
         pass
     server.shutdown()
 
@@ -127,7 +129,18 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_ti
 
     With failure.lighthouse the Lighthouse is stopped instead: every replica's next quorum
     then fails after settings.timeout_s, and each error is recorded, not raised."""
-    ctx = multiprocessing.get_context("spawn")
+    # fork (torchft runs on Linux only): the children inherit torch and torchft already
+    # imported, ~3 CPU-seconds each otherwise (x 4 processes x 4 runs on 2 cores). Safe
+    # here because each child runs torch on one thread (no inherited OpenMP pool is used)
+    # and every server (Lighthouse, Manager, gloo) is created after the fork.
+    import torchft.checkpointing.http_transport  # noqa: F401
+    import torchft.local_sgd  # noqa: F401
+    import torchft.manager  # noqa: F401
+    import torchft.process_group  # noqa: F401
+    from lecture09.engines.torchft_replica import prepare
+
+    prepare(settings.world_seed)
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     mine, theirs = ctx.Pipe()
     with sigint_ignored():
         lighthouse = ctx.Process(target=_lighthouse_child, args=(theirs, heartbeat_timeout_ms, join_timeout_ms),
@@ -230,11 +243,19 @@ def run(settings, failure=None, run_timeout_s=120.0, on_event=None, heartbeat_ti
         record.seconds = time.perf_counter() - t0
         return record
     finally:
+        # Every result is in (or the run failed): a child still exiting gets EXIT_GRACE_S in
+        # all, then SIGKILL (torchft's and gloo's threads can take seconds to wind down).
+        grace_end = time.monotonic() + EXIT_GRACE_S
         for p in processes.values():
+            p.join(max(0.0, grace_end - time.monotonic()))
             if p.is_alive():
                 p.kill()
         for p in processes.values():
             p.join(5)
+        try:
+            mine.send("stop")          # not just close(): forked children hold copies of this end
+        except OSError:
+            pass                       # it is dead already (killed by --kill-lighthouse)
         mine.close()
         lighthouse.join(5)
         if lighthouse.is_alive():
