@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly
+from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchft ships Linux wheels only")]
@@ -41,9 +41,7 @@ def default_out():
 
 @pytest.fixture(scope="module")
 def section():
-    text = NOTES.read_text(encoding="utf-8")
-    start = text.index("### 7.18")
-    return text[start:text.index("## 参考文献", start)]
+    return notes_section(NOTES, "### 7.18").split("\n## ")[0]     # the last ### before the references
 
 
 def test_the_bytes_of_a_heal_are_exact(default_out, section):
