@@ -16,9 +16,9 @@ def test_two_gloo_ranks_train_like_the_simulation(run):
     real = cdp.train_run(run, cdp.Seeds(), cdp.replace(setup, backend="gloo"))
     assert real.steps_done == simulated.steps_done == 4
     # PowerSGD: the same as PyTorch's hook step by step on a small model (test_powersgd.py);
-    # on the GPT the runs part after the first compressed step by ~0.006 in loss. Our
-    # guess (not checked): DDP rebuilds its bucket in gradient-ready order, which changes
-    # which random numbers start which Q; the simulation draws them in reverse model order.
+    # on the GPT the runs part after the first compressed step by ~0.007 in loss. Not
+    # because of DDP's rebuilt bucket order: the next test shows the compressed matrices
+    # come in the same order as the simulation draws their Qs (cause still unknown).
     tolerance = 0.02 if run.scheme == "powersgd" else 1e-4
     assert real.losses == pytest.approx(simulated.losses, abs=tolerance)
     assert real.bpc == pytest.approx(simulated.bpc, abs=max(tolerance, 1e-3))
@@ -66,3 +66,24 @@ def test_every_gloo_rank_holds_the_weights_the_simulation_computes(run, toleranc
     assert rank0.equal(rank1)                                          # DDP keeps the replicas identical
     assert float((rank0 - initial).abs().max()) > 1e-3                 # the steps did move the weights
     assert float((rank0 - simulated["weights"]).abs().max()) <= tolerance
+
+
+def test_ddp_rebuilds_its_bucket_but_the_compressed_matrices_keep_their_order():
+    """The control for the PowerSGD drift above: DDP's bucket after its rebuild differs
+    from the simulation's reverse model order only in where LayerNorm's vectors sit, and
+    those are not compressed, so every Q is drawn for the same matrix on both sides."""
+    from lecture09.compress import gloo_dp
+    from lecture09.compress.powersgd import PowerSGD, should_compress
+    setup = cdp.TrainSetup()
+    orders = gloo_dp.bucket_orders(setup, steps=3)
+    shapes = [p.shape for p in gloo_dp._model_shapes(setup)]
+    assert len(orders) == 3 and orders[0] == list(range(len(shapes)))        # one bucket, model order
+    rebuilt, reverse = orders[1], [i for i, _, _ in PowerSGD()._layout(shapes)]
+    assert orders[2] == rebuilt and rebuilt != reverse and sorted(rebuilt) == sorted(reverse)
+
+    def compressed(order):
+        return [i for i in order if len(shapes[i]) > 1
+                and should_compress(shapes[i][0], shapes[i].numel() // shapes[i][0], 1)]
+    assert compressed(rebuilt) == compressed(reverse)
+    assert all(len(shapes[i]) == 1 for i, j in zip(rebuilt, reverse) if i != j)   # only vectors moved
+

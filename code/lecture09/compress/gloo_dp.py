@@ -157,3 +157,39 @@ def trained_weights(run, seeds, setup, timeout_s=600):
 def _model_shapes(setup):
     from lecture01 import tiny_gpt
     return list(tiny_gpt.make_model(setup.model, seed=0).parameters())
+
+
+def _bucket_order_worker(rank, world_size, setup, steps):
+    """The parameter indices (model order) of every DDP bucket the comm hook saw, per step."""
+    import torch.distributed as dist  # noqa: F401  (the ranks' process group is up)
+    from torch.nn.parallel import DistributedDataParallel
+
+    from lecture01 import tiny_gpt
+
+    tiny_gpt.use_deterministic_threads()
+    model = tiny_gpt.make_model(setup.model, seed=0)
+    index_of = {id(p): i for i, p in enumerate(model.parameters())}
+    ddp = DistributedDataParallel(model)
+    seen = []
+
+    def hook(state, bucket):
+        seen.append([index_of[id(p)] for p in bucket.parameters()])
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())          # nothing averaged: only the order is wanted
+        return fut
+
+    ddp.register_comm_hook(None, hook)
+    train, _ = engine.world_tokens(setup.world_seed)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x, y = tiny_gpt.get_batch(train, 2, setup.model.block_size, gen)
+        tiny_gpt.lm_loss(ddp, x, y).backward()
+        ddp.zero_grad()
+    return seen
+
+
+def bucket_orders(setup, steps, timeout_s=120):
+    """What DDP's buckets held, in order, at each of `steps` steps on 2 ranks (rank 0's view):
+    DDP fills them in model order at the first step and rebuilds them in gradient-ready order."""
+    return run_ranks(_bucket_order_worker, 2, args=(setup, steps), timeout_s=timeout_s)[0]
+
