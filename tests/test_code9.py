@@ -85,14 +85,14 @@ def test_timeline_marks_the_kill_once_and_the_heal():
 def summary(mode="ddp", **kw):
     from lecture09.engines.torchft_report import Summary
     base = dict(mode=mode, steps=10, discarded=0, without=2, gap_s=1.5, healed_bytes=3000, heal_s=0.1,
-                rejoined=True, discarded_with_victim=True, max_diff=0.0, bpc=2.5)
+                rejoined=True, killed=True, discarded_with_victim=True, max_diff=0.0, bpc=2.5)
     return Summary(**{**base, **kw})
 
 
 def test_observations_on_each_branch():
     from lecture09.engines.torchft_report import summary_observations as obs
     lines = obs([summary(), summary("diloco", healed_bytes=5000)], param_bytes=1000, victim=2)
-    assert "逐位相同" in lines[0]
+    assert "逐位相同" in lines[0] and "从同伴恢复之后" in lines[0]
     assert any("3.000 份" in x for x in lines) and any("5.000 份" in x for x in lines)
     assert any("多下载 2.000 份" in x for x in lines)
     assert any("没有丢弃任何一步" in x for x in lines) and not any(x.startswith("丢弃的步") for x in lines)
@@ -105,6 +105,10 @@ def test_observations_on_each_branch():
     lines = obs([summary(discarded=1, discarded_with_victim=False)], param_bytes=1000, victim=2)
     assert any(x.startswith("丢弃的步") and "法定人数" not in x for x in lines)
     assert not any("没有丢弃" in x for x in obs([summary(gap_s=None, rejoined=False)], 1000, 2))
+    quiet = obs([summary(gap_s=None, rejoined=False, killed=False, without=0)], 1000, 2)
+    assert quiet[0].endswith("（max|Δ| = 0）。")                          # --no-failure: nobody was killed
+    alone = obs([summary(rejoined=False, healed_bytes=0)], 1000, 2)
+    assert "：被杀之后，" in alone[0] and "恢复" not in alone[0]             # --no-restart
 
 
 def test_the_gap_is_compared_with_the_shorter_wait():
@@ -112,7 +116,7 @@ def test_the_gap_is_compared_with_the_shorter_wait():
     near = obs([summary(gap_s=1.45), summary("diloco", gap_s=1.62)], 1000, 2, waits_s=(1.5, 2.0))
     assert any("1.45–1.62 s" in x and "= 1.5 s" in x and "每次都在" in x for x in near)
     far = obs([summary(gap_s=2.1)], 1000, 2, waits_s=(3.0, 2.0))
-    assert any("= 2 s" in x and "每次都在" in x for x in far)
+    assert any("空窗 2.10 s；" in x and "= 2 s" in x and "每次都在" in x for x in far)
     assert any("不是每次" in x for x in obs([summary(gap_s=2.5)], 1000, 2, waits_s=(1.5, 2.0)))
     assert not any("空窗" in x for x in obs([summary(gap_s=None)], 1000, 2, waits_s=(1.5, 2.0)))
 
@@ -276,3 +280,31 @@ def test_ctrl_c_stops_with_one_line_and_leaves_no_process():
     assert err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
     time.sleep(0.5)
     assert subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout == ""
+
+
+SWEEP = [
+    ["--quick", "--no-check", "--replicas", "4", "--modes", "ddp"],
+    ["--no-check", "--modes", "streaming", "--fragments", "3", "--inner-steps", "6", "--outer-steps", "4"],
+    ["--quick", "--no-check", "--no-restart", "--modes", "diloco"],
+    ["--quick", "--no-check", "--no-failure", "--modes", "ddp"],
+    ["--quick", "--no-check", "--kill-at", "0.01", "--restart-at", "0.99", "--modes", "ddp"],
+    ["--quick", "--no-check", "--heartbeat-ms", "200", "--join-ms", "100", "--modes", "diloco"],
+]
+
+
+@needs_torchft
+@pytest.mark.parametrize("argv", SWEEP, ids=[" ".join(a[1:]) for a in SWEEP])
+def test_legal_extreme_flags_run_and_say_only_what_happened(argv):
+    """Issue 21's standard for code 9: each legal extreme ends cleanly, fits 100 columns,
+    and the words match the run (no "restarted" when nothing was, no kill under --no-failure)."""
+    from lecture01.console import display_width
+    status, out = main_quietly(code9.main, argv)
+    assert status == 0 and "(d) " in out
+    assert not [line for line in out.splitlines() if display_width(line) > 100]
+    if "--no-failure" in argv:
+        said = [line for line in out.splitlines() if line.startswith("· ") or line.startswith("  1")]
+        assert "SIGKILL" not in out and not any("被杀" in line for line in said), said
+    if "--no-restart" in argv:
+        assert "healed" not in out and "没有回来" in out and "重启、从同伴恢复之后" not in out
+    healed = "healed" in out
+    assert ("重启、从同伴恢复之后" in out) == (healed and "--no-failure" not in argv)

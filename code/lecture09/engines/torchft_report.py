@@ -63,6 +63,7 @@ class Summary:
     healed_bytes: int        # what the restarted replica downloaded (0: it did not heal)
     heal_s: float
     rejoined: bool
+    killed: bool                  # a replica was SIGKILLed in this run
     discarded_with_victim: bool   # every discarded attempt's quorum still held the killed replica
     max_diff: float          # largest |θ_r − θ_0| over replicas and entries at the end
     bpc: float
@@ -88,7 +89,7 @@ def summarize(record, bpc):
                    discarded=sum(not v.committed for v in views),
                    without=sum(victim is not None and victim not in v.members for v in committed),
                    gap_s=gap, healed_bytes=sum(h[1] for h in heals), heal_s=sum(h[2] for h in heals),
-                   rejoined=bool(heals),
+                   rejoined=bool(heals), killed=record.killed_s is not None,
                    discarded_with_victim=all(victim in v.members for v in views if not v.committed),
                    max_diff=diff, bpc=bpc)
 
@@ -141,8 +142,9 @@ def summary_observations(summaries, param_bytes, victim, waits_s=None):
     lines = []
     equal = [s for s in summaries if s.max_diff == 0]
     if equal and len(equal) == len(summaries):
-        lines.append("每种方式结束时，所有副本的 θ_global 逐位相同（max|Δ| = 0）：被杀、重启、恢复之后，"
-                     "副本之间没有分叉。")
+        after = ("被杀、重启、从同伴恢复之后" if all(s.rejoined for s in summaries if s.killed) else "被杀之后")
+        lines.append("每种方式结束时，所有副本的 θ_global 逐位相同（max|Δ| = 0）"
+                     + (f"：{after}，副本之间没有分叉。" if any(s.killed for s in summaries) else "。"))
     elif summaries:
         worst = max(summaries, key=lambda s: s.max_diff)
         lines.append(f"结束时副本之间最大相差 {worst.max_diff:.1e}（{MODE_WORDS[worst.mode]}）：不是逐位相同。")
@@ -162,7 +164,8 @@ def summary_observations(summaries, param_bytes, victim, waits_s=None):
     if gaps and waits_s:
         bound = min(waits_s)
         near = all(abs(g - bound) <= GAP_NEAR_S for g in gaps)
-        lines.append(f"空窗 {min(gaps):.2f}–{max(gaps):.2f} s；Lighthouse 的两个等待里短的那个 min(心跳超时 "
+        span = f"{min(gaps):.2f}" if f"{min(gaps):.2f}" == f"{max(gaps):.2f}" else f"{min(gaps):.2f}–{max(gaps):.2f}"
+        lines.append(f"空窗 {span} s；Lighthouse 的两个等待里短的那个 min(心跳超时 "
                      f"{waits_s[0]:g} s, 加入等待 {waits_s[1]:g} s) = {bound:g} s"
                      + ("：每次都在它 ±0.3 s 以内。" if near else "：不是每次都在它 ±0.3 s 以内。"))
     discarded = [s for s in summaries if s.discarded]
