@@ -186,3 +186,23 @@ def test_attacks_equal_byzfl():
     assert torch.allclose(attacks.make("alie")(honest[:1], honest)[0], ref.ALittleIsEnough(tau=1.5)(X), atol=1e-6)
     assert torch.allclose(attacks.make("ipm")(honest[:1], honest)[0],
                           ref.InnerProductManipulation(tau=0.1)(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("bucket", [0, 2])
+def test_a_stateful_aggregator_saved_and_loaded_goes_on_exactly(bucket):
+    """What code 6's checkpoint relies on: centered clipping (and bucketing's shuffle)
+    restored from state_of() continue as if never stopped; a fresh one does not."""
+    from lecture09.robust import aggregators as ag
+    gen = torch.Generator().manual_seed(0)
+    rounds = [[torch.randn(5, generator=gen) for _ in range(4)] for _ in range(4)]
+    a = ag.make("centered-clip", f=1, bucket=bucket, tau=0.5)
+    for vectors in rounds[:2]:
+        a(vectors)
+    b, fresh = ag.make("centered-clip", f=1, bucket=bucket, tau=0.5), ag.make("centered-clip", f=1, bucket=bucket,
+                                                                             tau=0.5)
+    ag.load_state(b, ag.state_of(a))
+    for vectors in rounds[2:]:
+        out_a, out_b, out_fresh = a(vectors), b(vectors), fresh(vectors)
+        assert torch.equal(out_a, out_b)
+    assert not torch.equal(out_a, out_fresh)
+    assert ag.state_of(ag.make("median", f=1)) == {}

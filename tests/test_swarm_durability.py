@@ -5,6 +5,7 @@ one line and the one before it is kept. Every process a test starts, it stops.""
 
 import json
 import os
+import subprocess
 import re
 import signal
 import socket
@@ -57,19 +58,19 @@ def shapes():
         running.close()
 
 
-def uninterrupted_weights(shapes):
-    running = RunningServer(ServerConfig(world_size=WORKERS, steps=STEPS, token=TOKEN))
+def uninterrupted_weights(shapes, aggregator="mean", workers=WORKERS):
+    running = RunningServer(ServerConfig(world_size=workers, steps=STEPS, token=TOKEN, aggregator=aggregator))
     try:
         for version in range(STEPS):
-            for worker in range(WORKERS):
+            for worker in range(workers):
                 assert post(running.url, shapes, version, worker)[0] == 200
         return http_call(f"{running.url}/weights")[2]
     finally:
         running.close()
 
 
-def start_server(folder, *extra):
-    proc = start_in_own_group(SCRIPT, "--serve", "--workers", str(WORKERS), "--steps", str(STEPS), "--token", TOKEN,
+def start_server(folder, *extra, workers=WORKERS):
+    proc = start_in_own_group(SCRIPT, "--serve", "--workers", str(workers), "--steps", str(STEPS), "--token", TOKEN,
                               "--checkpoint-dir", str(folder), *extra, cwd=folder)
     lines = []
     while True:
@@ -88,33 +89,38 @@ def stop(proc):
     proc.communicate(timeout=30)
 
 
-@pytest.mark.parametrize("mid_round", [False, True], ids=["after-a-step", "mid-round"])
-def test_sigkill_then_resume_is_bit_identical(tmp_path, shapes, mid_round):
+@pytest.mark.parametrize("mid_round,aggregator", [(False, "mean"), (True, "mean"), (False, "centered-clip")],
+                         ids=["after-a-step", "mid-round", "centered-clip"])
+def test_sigkill_then_resume_is_bit_identical(tmp_path, shapes, mid_round, aggregator):
     """SIGKILL right after the step to version 5 (or with one upload of round 5 in): the
     resumed server, fed the same uploads, ends with the same bytes as one never stopped.
-    Mid-round, the upload that arrived after the last checkpoint is lost and sent again."""
+    Mid-round, the upload that arrived after the last checkpoint is lost and sent again.
+    Centered clipping carries its center from round to round: the checkpoint holds it
+    (without it, the resumed server would clip around 0 and end with other weights)."""
     kill_at = 5
-    proc, url, _ = start_server(tmp_path, "--checkpoint-every", "1")
+    flags = ("--aggregator", aggregator) if aggregator != "mean" else ()
+    n = WORKERS if aggregator == "mean" else 3          # a robust aggregator needs n > 2f = 2
+    proc, url, _ = start_server(tmp_path, "--checkpoint-every", "1", *flags, workers=n)
     try:
         for version in range(kill_at):
-            for worker in range(WORKERS):
+            for worker in range(n):
                 assert post(url, shapes, version, worker)[0] == 200
         if mid_round:
             assert post(url, shapes, kill_at, 0)[1]["applied"] is False
         assert status(url)["version"] == kill_at
     finally:
         stop(proc)   # SIGKILL: no handler runs, nothing is flushed
-    proc, url, lines = start_server(tmp_path, "--resume", str(tmp_path))
+    proc, url, lines = start_server(tmp_path, "--resume", str(tmp_path), *flags, workers=n)
     try:
         assert f"at version {kill_at} (0 uploads in the round)" in "".join(lines)
         assert status(url)["version"] == kill_at and status(url)["pending_uploads"] == 0   # at most the round lost
         for version in range(kill_at, STEPS):
-            for worker in range(WORKERS):
+            for worker in range(n):
                 assert post(url, shapes, version, worker)[0] == 200
         resumed = http_call(f"{url}/weights")[2]
     finally:
         stop(proc)
-    assert resumed == uninterrupted_weights(shapes)
+    assert resumed == uninterrupted_weights(shapes, aggregator, n)
 
 
 def test_sigterm_answers_the_upload_in_flight_then_checkpoints_and_exits_0(tmp_path, shapes):
@@ -205,3 +211,36 @@ def test_a_checkpoint_round_trips_by_hand(tmp_path):
     (tmp_path / "checkpoint-000009.pt").write_bytes(b"hello")
     with pytest.raises(swarm_checkpoint.CheckpointError, match="not a swarm checkpoint.*--resume .*000005"):
         swarm_checkpoint.load(tmp_path)
+
+
+def test_resuming_with_another_aggregator_is_refused_in_one_line(tmp_path, shapes):
+    proc, url, _ = start_server(tmp_path, "--checkpoint-every", "1", "--aggregator", "centered-clip", workers=3)
+    try:
+        for worker in range(3):
+            assert post(url, shapes, 0, worker)[0] == 200
+    finally:
+        stop(proc)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--serve", "--workers", "3", "--steps", str(STEPS),
+                           "--token", TOKEN, "--checkpoint-dir", str(tmp_path), "--resume", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--aggregator centered-clip, not mean" in done.stderr, done.stderr
+
+
+def test_a_checkpoint_after_one_step_is_the_size_the_notes_quote(tmp_path, shapes):
+    """§7.11: 1,020,976 bytes (torch 2.13.0) with the mean: three copies of the 333,872
+    weight bytes (weights, exp_avg, exp_avg_sq) and ~19 KB of the rest; centered clipping
+    adds one more copy, its center."""
+    sizes = {}
+    for aggregator in ("mean", "centered-clip"):
+        running = RunningServer(ServerConfig(world_size=4, steps=STEPS, token=TOKEN, aggregator=aggregator,
+                                             checkpoint_dir=str(tmp_path / aggregator)))
+        try:
+            for worker in range(4):
+                assert post(running.url, shapes, 0, worker)[0] == 200
+            sizes[aggregator] = running.swarm.checkpoint()[1]
+        finally:
+            running.close()
+    assert sizes["mean"] == 1_020_976 and 3 * 333_872 < sizes["mean"] < 3 * 333_872 + 20_000
+    assert 333_872 < sizes["centered-clip"] - sizes["mean"] < 333_872 + 1024
+

@@ -158,6 +158,13 @@ class CenteredClip:
         self.center = v.clone()
         return v
 
+    def state_dict(self):
+        """The center: what a restarted server needs to go on as if it had never stopped."""
+        return {"center": None if self.center is None else self.center.clone()}
+
+    def load_state_dict(self, state):
+        self.center = None if state["center"] is None else state["center"].clone()
+
 
 class Bucketing:
     """Shuffle, average in buckets of s (the last bucket may be smaller), then aggregate
@@ -178,6 +185,23 @@ class Bucketing:
 
     def __call__(self, vectors):
         return self.inner(self.buckets(vectors))
+
+    def state_dict(self):
+        return {"generator": self.generator.get_state(), "inner": state_of(self.inner)}
+
+    def load_state_dict(self, state):
+        self.generator.set_state(state["generator"])
+        load_state(self.inner, state["inner"])
+
+
+def state_of(aggregator):
+    """What an aggregator carries from one call to the next ({} for the stateless ones)."""
+    return aggregator.state_dict() if hasattr(aggregator, "state_dict") else {}
+
+
+def load_state(aggregator, state):
+    if hasattr(aggregator, "load_state_dict"):
+        aggregator.load_state_dict(state)
 
 
 AGGREGATORS = {cls.name: cls for cls in (Mean, Median, TrimmedMean, Krum, MultiKrum, CenteredClip)}

@@ -24,7 +24,8 @@ MAGIC = b"tiny-swarm-checkpoint 1\n"
 KEEP = 2                       # checkpoints kept in the folder: the newest and the one before
 PATTERN = "checkpoint-*.pt"
 # Settings a resumed server must share with the one that wrote the checkpoint.
-FIXED_SETTINGS = ("world_size", "update", "steps", "peak_lr", "clip_norm", "model_seed", "max_staleness")
+FIXED_SETTINGS = ("world_size", "update", "steps", "peak_lr", "clip_norm", "model_seed", "max_staleness",
+                  "aggregator", "byzantine")
 
 
 class CheckpointError(Exception):
@@ -117,6 +118,8 @@ def check_settings(state, config):
     """Refuse to resume with settings that differ from the checkpoint's (one line)."""
     saved = state["settings"]
     for name in FIXED_SETTINGS:
+        if name not in saved:        # a checkpoint from before the setting was saved: its default
+            saved = {**saved, name: getattr(type(config)(), name)}
         if saved[name] != getattr(config, name):
             flag = {"world_size": "workers", "model_seed": "seed"}.get(name, name).replace("_", "-")
             raise CheckpointError(f"the checkpoint was made with --{flag} {saved[name]}, not "

@@ -336,7 +336,15 @@ class ParameterServer:
                 "round": {worker: {"grads": dense, "loss": loss} for worker, (dense, loss) in self.round.items()},
                 "step_losses": list(self.step_losses), "last_loss": self.last_loss, "last_skip": self.last_skip,
                 "counts": dict(self.counts), "changed_entries": list(self.changed_entries),
-                "seen": dict(self.seen)}
+                "seen": dict(self.seen),
+                # centered clipping's center (bucketing's shuffle): carried from round to round
+                "aggregator": self._aggregator_state()}
+
+    def _aggregator_state(self):
+        if self.combine is None:
+            return {}
+        from lecture09.robust import aggregators
+        return aggregators.state_of(self.combine)
 
     def _checkpoint(self):
         self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
@@ -366,6 +374,9 @@ class ParameterServer:
             self.last_skip, self.changed_entries = state["last_skip"], list(state["changed_entries"])
             self.counts = Counter(state["counts"])
             self.seen = dict(state["seen"])
+            if self.combine is not None and state.get("aggregator"):
+                from lecture09.robust import aggregators
+                aggregators.load_state(self.combine, state["aggregator"])
             self._weights_cache = (None, b"")
             self.resumed_from = (path, self.version)
             if self.round:
