@@ -17,7 +17,7 @@ SCRIPT = LECTURE09 / "09_torchft.py"
 code9 = load_script(SCRIPT)
 
 try:
-    import torchft  # noqa: F401
+    import torchft  # noqa: F401  (only: is it installed?)
     HAVE_TORCHFT = sys.platform.startswith("linux")
 except ImportError:
     HAVE_TORCHFT = False
@@ -262,24 +262,12 @@ def test_with_the_lighthouse_gone_nothing_commits_and_every_replica_stops():
 
 @needs_torchft
 def test_ctrl_c_stops_with_one_line_and_leaves_no_process():
-    import os
-    import signal
-    import time
-    from conftest import start_in_own_group
-    p = start_in_own_group(SCRIPT, "--quick", cwd=str(ROOT.parent))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:            # until the Lighthouse and the replicas exist
-        found = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
-        if len(found) >= 5:
-            break
-        time.sleep(0.2)
-    time.sleep(1.0)
-    os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 130
-    assert err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
-    time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout == ""
+    from conftest import press_ctrl_c, start_in_own_group, wait_until_group_has
+    proc = start_in_own_group(SCRIPT, "--quick", cwd=str(ROOT.parent))
+    wait_until_group_has(proc, 5, timeout_s=90)        # the script, the Lighthouse, 3 replicas
+    status, _, err, left = press_ctrl_c(proc)
+    assert status == 130 and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
+    assert left == []
 
 
 SWEEP = [
