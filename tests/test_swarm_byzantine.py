@@ -84,6 +84,33 @@ def test_over_http_a_replay_under_another_id_is_refused_and_its_own_upload_is_no
         server.close()
 
 
+def test_the_default_run_gives_every_worker_its_own_token(monkeypatch):
+    """Code 6's default run (no --token): per-worker tokens, the joiner of table (3)
+    included, so no worker of it can upload as another; each worker is handed its own."""
+    from conftest import LECTURE09, load_script
+    from lecture09.swarm.swarm_protocol import new_worker_tokens, token_for
+    tokens = new_worker_tokens(5)
+    assert [w for w, _ in tokens] == ["0", "1", "2", "3", "4"] and len({t for _, t in tokens}) == 5
+    config = ServerConfig(world_size=4, worker_tokens=tokens)
+    assert [token_for(config, w) for w in range(5)] == [t for _, t in tokens]
+    assert token_for(ServerConfig(token="shared"), 3) == "shared"
+    code6 = load_script(LECTURE09 / "06_swarm_http.py")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def first_swarm(workers, server_config, worker_config, *rest, **kw):
+        seen["config"], seen["workers"] = server_config, len(workers)
+        raise Stop
+    monkeypatch.setattr(code6, "run_swarm", first_swarm)
+    with pytest.raises(Stop):
+        code6.main(["--quick"])
+    config = seen["config"]
+    assert config.worker_tokens and len(config.worker_tokens) == seen["workers"] + 1
+    assert len({t for _, t in config.worker_tokens}) == len(config.worker_tokens)
+
+
 # --- the server's aggregator and its quorum ---------------------------------------------
 
 def test_round_floor_follows_the_aggregator():

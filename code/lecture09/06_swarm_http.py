@@ -62,7 +62,6 @@
 """
 
 import os
-import secrets
 import sys
 import time
 from dataclasses import replace
@@ -80,7 +79,7 @@ from lecture01.console import print_header, print_wrapped  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
                                          non_negative_float, server_url, token, wire_mode)
 from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
-                                            WorkerConfig, read_token_file)
+                                            WorkerConfig, new_worker_tokens, read_token_file)
 
 # robust.aggregators.AGGREGATORS, written out so that --help needs no torch (a test checks they agree)
 AGGREGATOR_NAMES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clip")
@@ -139,7 +138,9 @@ def run_default(args):
     try:
         model = make_model(MODEL_CONFIG, seed=args.seed)
         n_params, n_tensors = model.n_params(), len(list(model.parameters()))
-        server_config = server_config_from(args, args.token or secrets.token_urlsafe(16))
+        if args.token is None:    # per-worker tokens (the joiner of table (3) too): none uploads as another
+            args.worker_tokens = new_worker_tokens(args.workers + 1)
+        server_config = server_config_from(args, args.token)
         print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
                      f"{args.update}，{server_config.total_updates} 步，每个 batch {args.batch_size}）")
         if args.aggregator != "mean" or args.attack != "none":

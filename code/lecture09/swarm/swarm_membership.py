@@ -11,6 +11,7 @@ torch is imported inside the functions, as in swarm_report.py.
 from dataclasses import asdict, dataclass, replace
 
 from lecture01.console import format_table, print_wrapped
+from lecture09.swarm.swarm_protocol import token_for
 
 DEADLINE_STEPS = 5        # the demo's round deadline: this many of table (1)'s measured steps,
 DEADLINE_FLOOR_S = 0.3    # and at least this; a crash costs it once
@@ -66,7 +67,8 @@ def run_churn(pool, spare, server_config, worker_config, val_tokens, plan, deadl
     swarm = server.swarm
 
     def send(process, worker_id):
-        job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id))}
+        own = replace(worker_config, worker_id=worker_id, token=token_for(config, worker_id))
+        job = {"url": server.url, "config": asdict(own)}
         process.send(job)
 
     def wait_for(version):

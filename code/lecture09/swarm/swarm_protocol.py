@@ -279,6 +279,18 @@ def check_length(headers, cap_bytes):
     return n_bytes
 
 
+def new_worker_tokens(n_workers):
+    """((worker id, token), ...) for workers 0..n-1, each a fresh random secret: the default
+    run's, so that no worker can upload as another (§7.17: replay under another id)."""
+    import secrets
+    return tuple((str(worker), secrets.token_urlsafe(16)) for worker in range(n_workers))
+
+
+def token_for(config, worker_id):
+    """The token worker `worker_id` presents to a server with this ServerConfig."""
+    return dict(config.worker_tokens)[str(worker_id)] if config.worker_tokens else config.token
+
+
 def check_token(headers, token, worker_tokens=()):
     """3. The bearer token: the shared one (None: no check), or with per-worker tokens the
     worker id that owns the one given (returned; None otherwise)."""

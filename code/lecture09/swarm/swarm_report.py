@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
 from lecture01.console import LINE_WIDTH, display_width, format_table, print_wrapped, wrap
-from lecture09.swarm.swarm_protocol import ServerConfig
+from lecture09.swarm.swarm_protocol import ServerConfig, token_for
 
 DEFAULT_UPLINK_MBYTE_PER_S = 10.0    # a home uplink of 10 MB/s (1 MB = 10^6 bytes), i.e. 80 Mbit/s
 DEFAULT_DOWNLINK_MBYTE_PER_S = 25.0  # its downlink, 200 Mbit/s
@@ -79,7 +79,8 @@ def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"
     try:
         for worker_id, process in enumerate(pool):
             attack = liar_attack if worker_id == len(pool) - 1 else worker_config.attack
-            job = {"url": server.url, "config": asdict(replace(worker_config, worker_id=worker_id, attack=attack))}
+            own = replace(worker_config, worker_id=worker_id, attack=attack, token=token_for(server_config, worker_id))
+            job = {"url": server.url, "config": asdict(own)}
             process.send(job)
         stats = [process.result() for process in pool]
     finally:
