@@ -92,5 +92,5 @@ def test_with_the_lighthouse_killed_nothing_commits(section):
     status, out = main_quietly(code9.main, ["--modes", "ddp", "--no-check", "--kill-lighthouse", "--timeout", "4",
                                             "--no-failure", "--ddp-steps", "40"])
     assert status == 0
-    assert ("一步也没有多" in out or "已经组成" in out) and "和时限 --timeout 4 s 相符" in out
-    assert "一步也没有再提交" in section and "`--timeout 4` 时 4.0 s" in section
+    assert ("一步也没有多" in out or "已经组成" in out) and "时限 8 s（2 × --timeout）相符" in out
+    assert "一步也没有再提交" in section and "`--timeout 4` 时 8.0 s" in section

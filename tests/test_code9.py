@@ -179,6 +179,19 @@ def test_other_platforms_get_one_line_and_status_2(monkeypatch, capsys):
 
 # --- the engine itself: real processes ------------------------------------------------------
 
+def main_with_retries(argv, attempts=2):
+    """code9.main(argv) in this process; once more if torchft itself gave up (EngineFailed:
+    a quorum or collective ran out of its time limit, which a loaded machine can cause).
+    Bounded: a second failure fails the test."""
+    from lecture09.engines.torchft_run import EngineFailed
+    for attempt in range(attempts):
+        try:
+            return main_quietly(code9.main, argv)
+        except EngineFailed:
+            if attempt == attempts - 1:
+                raise
+
+
 def rejoined_run(mode, outer_steps, inner_steps, attempts=3):
     """A run in which the restarted replica healed: on a loaded machine the survivors can
     finish before it joins (a true outcome the script reports); then try again, boundedly."""
@@ -223,7 +236,7 @@ def test_torchft_diloco_reproduces_our_simulation():
 @needs_torchft
 def test_the_quick_run_prints_every_part_within_100_columns():
     from lecture01.console import display_width
-    status, out = main_quietly(code9.main, ["--quick"])
+    status, out = main_with_retries(["--quick"])
     assert status == 0
     assert not [line for line in out.splitlines() if display_width(line) > 100]
     for part in ("(a) 容错 DDP", "(b) DiLoCo", "(c) 流式 DiLoCo", "(d) ", "(e) "):
@@ -240,12 +253,12 @@ def test_lighthouse_lines_by_hand():
     rec = record_of([(1.0, r, 1, (0, 1, 2), True, 2.0, 0, 0.0) for r in range(3)],
                     failure=Failure(kill_at=1, restart_at=None, lighthouse=True), killed_s=1.5)
     rec.errors = {0: (11.6, "TimeoutError: x (log: /tmp/a)"), 1: (11.7, "TimeoutError: x (log: /tmp/b)")}
-    lines = lighthouse_lines(rec, timeout_s=10)
+    lines = lighthouse_lines(rec, quorum_timeout_s=10)
     assert "一步也没有多" in lines[0]
-    assert "10.1–10.2 s" in lines[-2] and "--timeout 10 s" in lines[-2]
+    assert "10.1–10.2 s" in lines[-2] and "时限 10 s（2 × --timeout）" in lines[-2]
     assert lines[-1].endswith("2") and "/tmp" not in "".join(lines)
     rec.errors = {r: (3.0, "E") for r in range(3)}
-    assert not any("相符" in line for line in lighthouse_lines(rec, timeout_s=10))
+    assert not any("相符" in line for line in lighthouse_lines(rec, quorum_timeout_s=10))
 
 
 @needs_torchft
@@ -257,7 +270,7 @@ def test_with_the_lighthouse_gone_nothing_commits_and_every_replica_stops():
     at_kill = max(e.step for e in record.events if e.seconds <= record.killed_s)
     assert max(e.step for e in record.events if e.committed) <= at_kill + 1   # a quorum formed just before
     assert sorted(record.errors) == [0, 1, 2]
-    assert all(seconds - record.killed_s >= 2.0 for seconds, _ in record.errors.values())
+    assert all(seconds - record.killed_s >= s.quorum_timeout_s for seconds, _ in record.errors.values())
 
 
 @needs_torchft
@@ -286,7 +299,7 @@ def test_legal_extreme_flags_run_and_say_only_what_happened(argv):
     """Issue 21's standard for code 9: each legal extreme ends cleanly, fits 100 columns,
     and the words match the run (no "restarted" when nothing was, no kill under --no-failure)."""
     from lecture01.console import display_width
-    status, out = main_quietly(code9.main, argv)
+    status, out = main_with_retries(argv)
     assert status == 0 and "(d) " in out
     assert not [line for line in out.splitlines() if display_width(line) > 100]
     if "--no-failure" in argv:

@@ -74,7 +74,7 @@ def build_parser():
                    help="法定人数最多等一个有心跳、还没报名的副本多久 (join timeout)，毫秒")
     p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
-                   help="每次全归约、法定人数和状态下载的时限 timeout，秒（gloo 默认 1800 s，这里从不用它）")
+                   help="每次全归约和状态下载的时限 timeout，秒；法定人数等它的 2 倍（gloo 默认 1800 s，这里从不用它）")
     p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
     return p
 
@@ -189,15 +189,17 @@ def main(argv=None):
         return 2
     from lecture09.engines import torchft_report as report
     from lecture09.engines import torchft_run
+    from lecture09.engines.torchft_replica import QUORUM_WAITS
     from lecture09.lecture_model import MODEL_CONFIG
     from lecture01 import tiny_gpt
 
     started = time.perf_counter()
     print_header("第 9 讲 · 代码 9：torchft 上的容错训练 fault tolerance on a real engine")
     print_wrapped(f"{args.replicas} 个副本组 replica groups，各 1 个 gloo rank、各自一个进程；一个 Lighthouse；"
-                  f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约、法定人数和下载的"
-                  f"时限 {args.timeout:g} s；Lighthouse 把 {args.heartbeat_ms} ms 没有心跳的副本当作死了，"
-                  f"凑法定人数时最多等一个有心跳、还没报名的副本 {args.join_ms} ms (join timeout)。")
+                  f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约和状态下载的时限 "
+                  f"{args.timeout:g} s，一次法定人数的 {QUORUM_WAITS * args.timeout:g} s；Lighthouse 把 "
+                  f"{args.heartbeat_ms} ms 没有心跳的副本当作死了，凑法定人数时最多等一个有心跳、还没报名的副本 "
+                  f"{args.join_ms} ms (join timeout)。")
     if not args.no_failure:
         print_wrapped(f"故障 failure：训练到 {args.kill_at:.0%} 时 SIGKILL 副本 2（不让它清理，像断电）"
                       + ("。" if args.no_restart else f"；到 {args.restart_at:.0%} 时重启它：一个已经 import 好 "
@@ -247,7 +249,7 @@ def main(argv=None):
         print()
         print_header(f"(f) {report.MODE_WORDS[s.mode]}，在第 {failure.kill_at} 步停掉 Lighthouse（不杀副本）", "-")
         report.print_lines(report.timeline_lines(record))
-        report.print_lines(report.lighthouse_lines(record, args.timeout))
+        report.print_lines(report.lighthouse_lines(record, s.quorum_timeout_s))
     print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 MODES = ("ddp", "diloco", "streaming")
-REPLICA_ID = "replica_{}"   # torchft reads the trailing digits as the replica's number
+REPLICA_ID = "replica_{}"
+QUORUM_WAITS = 2             # a quorum's time limit, in collective time limits   # torchft reads the trailing digits as the replica's number
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,15 @@ class ReplicaSettings:
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
-    timeout_s: float = 10.0      # every collective, quorum and checkpoint transfer (never gloo's 1800 s)
+    timeout_s: float = 10.0      # every collective and checkpoint transfer (never gloo's 1800 s)
     step_pause_s: float = 0.0    # a sleep after each inner step: slows a run so a kill lands mid-run
+
+    @property
+    def quorum_timeout_s(self):
+        """A quorum waits QUORUM_WAITS x timeout_s: a survivor may first sit out a whole
+        all-reduce whose peer died (up to timeout_s) before it asks; the others must still
+        be waiting then (measured: with equal timeouts, 4 replicas once timed out alone)."""
+        return QUORUM_WAITS * self.timeout_s
 
     @property
     def total_inner_steps(self):
@@ -191,7 +199,8 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
     manager = Manager(pg=ProcessGroupGloo(timeout=timeout), load_state_dict=load_state_dict,
                       state_dict=state_dict, min_replica_size=2, use_async_quorum=False,
-                      timeout=timeout, quorum_timeout=timeout, connect_timeout=timeout,
+                      timeout=timeout, quorum_timeout=timedelta(seconds=s.quorum_timeout_s),
+                      connect_timeout=timeout,
                       rank=0, world_size=1, store_addr="127.0.0.1", store_port=store.port,
                       lighthouse_addr=lighthouse_addr, replica_id=REPLICA_ID.format(replica),
                       port=0, hostname="127.0.0.1", init_sync=False,

@@ -201,7 +201,7 @@ def sim_check_lines(check, tolerance):
     return lines
 
 
-def lighthouse_lines(record, timeout_s):
+def lighthouse_lines(record, quorum_timeout_s):
     """What happened after the Lighthouse stopped: commits, then each replica's error."""
     before = max((e.step for e in record.events if e.seconds <= record.killed_s), default=0)
     last = max((e.step for e in record.events if e.committed), default=0)
@@ -211,9 +211,9 @@ def lighthouse_lines(record, timeout_s):
         lines.append(f"  副本 {replica}：停下后 {seconds - record.killed_s:.1f} s 报错退出："
                      f"{textwrap.shorten(text.split(' (log:')[0], 56, placeholder=' …')}")
     waits = [seconds - record.killed_s for seconds, _ in record.errors.values()]
-    if waits and all(timeout_s <= w <= timeout_s + 1.0 for w in waits):
-        lines.append(f"  每个副本都在停下后 {min(waits):.1f}–{max(waits):.1f} s 报错：和时限 --timeout {timeout_s:g} s 相符"
-                     "（换一个 --timeout 再跑，这一列跟着变）。")
+    if waits and all(quorum_timeout_s <= w <= quorum_timeout_s + 1.5 for w in waits):
+        lines.append(f"  每个副本都在停下后 {min(waits):.1f}–{max(waits):.1f} s 报错：和法定人数的时限 "
+                     f"{quorum_timeout_s:g} s（2 × --timeout）相符（换一个 --timeout 再跑，这一列跟着变）。")
     missing = sorted(set(range(record.settings.n_replicas)) - set(record.errors))
     if missing:
         lines.append("  没有报错的副本 replicas without an error：" + " ".join(map(str, missing)))
