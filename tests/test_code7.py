@@ -74,7 +74,7 @@ def test_words_follow_the_numbers(quick_run):
     compress = d[("onebit-adam", "sign-l2", False)] - d[("adamw-frozen-v", "none", False)]
     from lecture09.compress.compressed_dp import verdict
     said = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好", "unclear": "的影响在种子之间不一致"}
-    assert _flat(f"各自裁剪（1-bit Adam 只能这样") in flat
+    assert _flat("各自裁剪（1-bit Adam 只能这样") in flat
     assert _flat(f"{said[verdict([clip])]}（{code7._signed(clip)}）；再加上 1 bit 的压缩"
                  f"{said[verdict([compress])]}（{code7._signed(compress)}）") in flat
     costs = results["costs"]
