@@ -70,8 +70,6 @@ class Summary:
 
 
 def summarize(record, bpc):
-    import torch
-
     views = step_views(record)
     committed = [v for v in views if v.committed]
     f = record.failure
@@ -84,7 +82,6 @@ def summarize(record, bpc):
     heals = [h for v in views for h in v.healed]
     finals = [record.finals[k] for k in sorted(record.finals)]
     diff = max((max((t[n] - finals[0][n]).abs().max().item() for n in t) for t in finals[1:]), default=0.0)
-    del torch
     return Summary(mode=record.settings.mode, steps=len(committed),
                    discarded=sum(not v.committed for v in views),
                    without=sum(victim is not None and victim not in v.members for v in committed),
