@@ -223,10 +223,12 @@ def test_after_a_kill_and_a_restart_every_replica_ends_equal(mode, outer, inner)
 
 
 @needs_torchft
-def test_torchft_diloco_reproduces_our_simulation():
+@pytest.mark.parametrize("model_seed,data_seed", [(0, 1), (1, 2)])
+def test_torchft_diloco_reproduces_our_simulation(model_seed, data_seed):
+    """On the default seeds and a second pair: the claim must not hang on one draw."""
     from argparse import Namespace
     args = Namespace(replicas=3, ddp_steps=10, outer_steps=4, inner_steps=3, fragments=2, sync_delay=1,
-                     timeout=10.0)
+                     timeout=10.0, model_seed=model_seed, data_seed=data_seed)
     check = code9.sim_check(args)
     assert check.syncs == 4
     assert check.max_loss_diff <= code9.SIM_TOLERANCE

@@ -39,7 +39,8 @@ from lecture01.console import print_header, print_wrapped  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
 DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_steps=10, fragments=2,
-                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500, join_ms=2000)
+                sync_delay=1, kill_at=0.3, restart_at=0.5, timeout=10.0, check=True, heartbeat_ms=1500, join_ms=2000,
+                model_seed=0, data_seed=1)
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
 #                           different order, so anything near 1e-3 would be a real difference
@@ -73,6 +74,10 @@ def build_parser():
     p.add_argument("--join-ms", type=int_in(100, 30000), default=DEFAULTS["join_ms"],
                    help="法定人数最多等一个有心跳、还没报名的副本多久 (join timeout)，毫秒")
     p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (e)：和我们的模拟比较 (skip the simulation check)")
+    p.add_argument("--model-seed", type=int_in(0, None), default=DEFAULTS["model_seed"],
+                   help="模型初始化的种子 model init seed（每个副本同一个）")
+    p.add_argument("--data-seed", type=int_in(0, None), default=DEFAULTS["data_seed"],
+                   help="数据顺序的种子 data order seed（抽整个 batch 的生成器）")
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
                    help="每次全归约和状态下载的时限 timeout，秒；法定人数等它的 2 倍（gloo 默认 1800 s，这里从不用它）")
     p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
@@ -89,7 +94,8 @@ def settings_for(args, mode):
     steps = args.ddp_steps if mode == "ddp" else args.outer_steps * (args.fragments if mode == "streaming" else 1)
     return ReplicaSettings(mode=mode, n_replicas=args.replicas, outer_steps=steps,
                            inner_steps=1 if mode == "ddp" else args.inner_steps,
-                           fragments=args.fragments, sync_delay=args.sync_delay, timeout_s=args.timeout)
+                           fragments=args.fragments, sync_delay=args.sync_delay, timeout_s=args.timeout,
+                           model_seed=args.model_seed, data_seed=args.data_seed)
 
 
 def failure_for(args, steps):
