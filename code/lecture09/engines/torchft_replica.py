@@ -47,7 +47,6 @@ class ReplicaSettings:
     data_seed: int = 1
     world_seed: int = 0
     timeout_s: float = 10.0      # every collective and checkpoint transfer (never gloo's 1800 s)
-    step_pause_s: float = 0.0    # a sleep after each inner step: slows a run so a kill lands mid-run
 
     @property
     def quorum_timeout_s(self):
@@ -225,7 +224,7 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
                 group["lr"] = lr
             x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, MODEL_CONFIG.block_size, gen)
             b = s.batch_per_replica
-            mine = slice(replica * b, (replica + 1) * b) if replica < s.n_replicas else slice(0, b)
+            mine = slice(replica * b, (replica + 1) * b)
             inner.zero_grad(set_to_none=True)
             loss = tiny_gpt.lm_loss(model, x[mine], y[mine])
             loss.backward()
@@ -253,8 +252,6 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
                     inner.step()
                     progress["inner"] += 1
                 report(committed, loss)
-                if s.step_pause_s:
-                    time.sleep(s.step_pause_s)
         else:
             fragments = [model] if s.mode == "diloco" else fragments_of(model, s.fragments)
             outer = [torch.optim.SGD(f.parameters(), lr=s.outer_lr, momentum=s.outer_momentum,
@@ -271,8 +268,6 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
                     progress["inner"] += 1
                     if diloco._local_step == 0:          # a fragment was just synced (or discarded)
                         report(manager.current_step() != before, loss)
-                    if s.step_pause_s:
-                        time.sleep(s.step_pause_s)
             # θ_global: what every replica agrees on (streaming: a fragment's local steps since
             # its last sync are not part of it)
             model.load_state_dict({**model.state_dict(), **{
@@ -280,7 +275,8 @@ def run_replica(replica, lighthouse_addr, settings, messages, go=None, standby=F
                 for name, tensor in _named_in_model(model, f, frag.original_parameters).items()}})
         if not math.isfinite(loss.item()):
             raise RuntimeError("loss is not finite")
-        # numpy, not tensors: torch's queue would share tensors' memory with a process that exits
+        # numpy, not tensors: torch pickles a tensor for another process as shared memory,
+        # which is gone once this process exits
         final = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         messages.put(("done", replica, manager.current_step(), final))
     finally:
