@@ -122,7 +122,7 @@ def test_the_gap_is_compared_with_the_shorter_wait():
 
 
 def test_sim_check_lines_on_both_branches():
-    from lecture09.engines.torchft_report import SimCheck, sim_check_lines
+    from lecture09.engines.reference import SimCheck, sim_check_lines
     assert "一致" in sim_check_lines(SimCheck(6, 1e-7, 3.0, 3.0), 1e-5)[-1]
     assert "超出容差" in sim_check_lines(SimCheck(6, 1e-3, 3.0, 3.0), 1e-5)[-1]
     assert "超出容差" in sim_check_lines(SimCheck(6, 0.0, 3.0, 3.1), 1e-5)[-1]

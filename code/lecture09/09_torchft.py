@@ -128,16 +128,6 @@ def fragment_sizes(n):
     return [sum(p.numel() for p in f.parameters()) for f in fragments_of(tiny_gpt.make_model(MODEL_CONFIG), n)]
 
 
-def bpc_of(state):
-    from lecture01 import tiny_gpt
-    from lecture09.compress import training
-    from lecture09.lecture_model import MODEL_CONFIG
-
-    model = tiny_gpt.make_model(MODEL_CONFIG)
-    model.load_state_dict(state)
-    return tiny_gpt.bits_per_char(model, training.world_tokens(0)[1])
-
-
 def progress(label):
     started = time.perf_counter()
 
@@ -153,27 +143,19 @@ def finished(label, started):
 
 
 def sim_check(args):
-    from lecture01 import tiny_gpt
-    from lecture09.compress import local_sgd, training
-    from lecture09.engines import torchft_run
-    from lecture09.engines.torchft_report import SimCheck
+    from lecture09.engines import reference, torchft_run
 
     s = settings_for(args, "diloco")
     on_event, started = progress("(e) 不杀进程的 DiLoCo")
     record = torchft_run.run(s, None, on_event=on_event)
     finished("(e) 不杀进程的 DiLoCo", started)
-    setup = training.TrainSetup(recipe=tiny_gpt.TrainConfig(steps=s.total_inner_steps,
-                                                            batch_size=s.batch_per_replica * s.n_replicas,
-                                                            peak_lr=s.peak_lr),
-                                n_workers=s.n_replicas, outer_lr=s.outer_lr, outer_momentum=s.outer_momentum)
-    result = local_sgd.train(training.Run("diloco", "adamw", "none", param=s.inner_steps),
-                             training.Seeds(s.model_seed, s.data_seed), setup)
-    diffs = []
+    result = reference.diloco_simulation(s.n_replicas, s.outer_steps, s.inner_steps, s.batch_per_replica,
+                                         s.peak_lr, s.outer_lr, s.outer_momentum, s.model_seed, s.data_seed)
+    losses = []
     for k in range(1, s.outer_steps + 1):
-        losses = [e.loss for e in record.events if e.step == k and e.committed]
-        diffs.append(abs(sum(losses) / len(losses) - result.losses[k * s.inner_steps - 1]))
-    return SimCheck(syncs=s.outer_steps, max_loss_diff=max(diffs), engine_bpc=bpc_of(record.finals[0]),
-                    sim_bpc=result.bpc)
+        at_sync = [e.loss for e in record.events if e.step == k and e.committed]
+        losses.append(sum(at_sync) / len(at_sync))
+    return reference.sim_check(losses, s.inner_steps, record.finals[0], result)
 
 
 def main(argv=None):
@@ -193,6 +175,7 @@ def main(argv=None):
     except ImportError:
         print("没有装 torchft：先运行 pip install -r requirements.txt (torchft is not installed)", file=sys.stderr)
         return 2
+    from lecture09.engines import reference
     from lecture09.engines import torchft_report as report
     from lecture09.engines import torchft_run
     from lecture09.engines.torchft_replica import QUORUM_WAITS
@@ -228,7 +211,7 @@ def main(argv=None):
             print_wrapped("  段的大小 fragment sizes：" + " + ".join(f"{n:,}" for n in fragment_sizes(s.fragments))
                           + " 个参数（嵌入、各个变换器块、最后的 LayerNorm 和输出层，按顺序连成几段）")
         report.print_lines(report.timeline_lines(record))
-        summaries.append(report.summarize(record, bpc_of(record.finals[0])))
+        summaries.append(report.summarize(record, reference.bpc_of(record.finals[0])))
     print()
     print_header("(d) 放在一起：提交、丢弃、缺席（被杀的副本不在其中的已提交步）的步数，单位是各自的 torchft 步", "-")
     report.print_lines(report.summary_lines(summaries))
@@ -243,7 +226,7 @@ def main(argv=None):
         print()
         print_header(f"(e) 不杀进程：torchft 的 DiLoCo 和我们的模拟 compress/local_sgd.py（同样的种子、H = "
                      f"{args.inner_steps}、{args.replicas} 个工作者）", "-")
-        report.print_lines(report.sim_check_lines(check, SIM_TOLERANCE))
+        report.print_lines(reference.sim_check_lines(check, SIM_TOLERANCE))
     if args.kill_lighthouse:
         s = settings_for(args, args.modes[0])
         failure = torchft_run.Failure(kill_at=max(1, round(args.kill_at * s.outer_steps)), restart_at=None,

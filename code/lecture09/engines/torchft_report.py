@@ -177,27 +177,6 @@ def summary_observations(summaries, param_bytes, victim, waits_s=None):
     return lines
 
 
-@dataclass(frozen=True)
-class SimCheck:
-    syncs: int
-    max_loss_diff: float     # max over syncs of |mean replica loss − the simulation's loss|
-    engine_bpc: float
-    sim_bpc: float
-
-
-def sim_check_lines(check, tolerance):
-    lines = [pad("  比较 compared", 40) + pad("torchft", 12, ">") + pad("我们的模拟 ours", 16, ">")
-             + pad("差 difference", 16, ">")]
-    lines.append(pad("  验证集 bits/字符 validation bpc", 40) + pad(f"{check.engine_bpc:.6f}", 12, ">")
-                 + pad(f"{check.sim_bpc:.6f}", 16, ">") + pad(f"{check.engine_bpc - check.sim_bpc:+.1e}", 16, ">"))
-    lines.append(pad(f"  {check.syncs} 次同步时的训练损失 loss", 40) + pad("", 28)
-                 + pad(f"max {check.max_loss_diff:.1e}", 16, ">"))
-    same = abs(check.engine_bpc - check.sim_bpc) <= tolerance and check.max_loss_diff <= tolerance
-    lines.append(f"  {'一致' if same else '不一致'}：容差 tolerance {tolerance:g}" +
-                 ("（每个差都在容差以内）" if same else "——超出容差：torchft 的 DiLoCo 和我们的模拟这里不一致"))
-    return lines
-
-
 def lighthouse_lines(record, quorum_timeout_s):
     """What happened after the Lighthouse stopped: commits, then each replica's error."""
     before = max((e.step for e in record.events if e.seconds <= record.killed_s), default=0)
