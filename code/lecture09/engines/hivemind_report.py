@@ -1,0 +1,172 @@
+"""Code 10's tables: who averaged with whom in each round, the two runs side by side, the
+wire formats, the comparison with code 6's server, and the observations worded from them.
+
+Introduced in lecture 9, code 10 (10_hivemind.py, notes §7.19). Everything here reads a
+hivemind_run.RunRecord (or plain numbers); nothing here starts a process, so the tests can
+feed it hand-made records.
+"""
+
+import statistics
+from dataclasses import dataclass
+
+from lecture01.console import format_table
+
+
+def butterfly_bytes(group, tensor_bytes):
+    """Mean bytes one peer sends (and receives) in hivemind's all-reduce of one tensor in a
+    group of `group`: it sends the other group − 1 shares of its tensor to their reducers,
+    and sends the averaged share it reduced back to the group − 1 others: 2 (g − 1) / g · S."""
+    return 2 * (group - 1) * tensor_bytes / group
+
+
+def groups_of(reports):
+    """The distinct groups of one round's reports, largest first (a group of one: a peer
+    that found nobody)."""
+    return sorted({r.members for r in reports}, key=lambda g: (-len(g), g))
+
+
+def events_in(record, r):
+    """What happened just before round r started (join, leave, bootstrap) and downloads in it."""
+    churn, out = record.churn, []
+    for what, (seconds, after) in sorted(record.events.items(), key=lambda kv: kv[1]):
+        if after + 1 != r:
+            continue
+        if what == "join":
+            got = [d for d in record.downloads if d.peer == churn.join[0] and d.missed is None]
+            out.append(f"{churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else ""))
+        elif what == "leave":
+            out.append(f"{churn.leave[0]} 离开 leaves (SIGKILL)")
+        else:
+            out.append("引导节点死了 bootstrap dies")
+    for d in record.downloads:
+        if d.round == r and d.missed is not None:
+            out.append(f"{d.peer} 错过第 {d.missed} 轮，再下载 {d.bytes:,} B")
+    return "；".join(out)
+
+
+def round_rows(record, tensor_bytes):
+    rows = []
+    for r in range(record.settings.rounds):
+        reports = record.of_round(r)
+        if not reports:
+            continue
+        groups = groups_of(reports)
+        sent = [x.sent for x in reports if len(x.members) > 1]
+        formula = [butterfly_bytes(len(g), tensor_bytes) for g in groups if len(g) > 1]
+        rows.append([r, " | ".join("{" + ",".join(map(str, g)) + "}" for g in groups),
+                     f"{statistics.mean(sent):,.0f}" if sent else "0",
+                     " / ".join(f"{f:,.0f}" for f in formula) if formula else "0",
+                     f"{max(x.wait_s for x in reports):.2f}", f"{statistics.mean(x.loss for x in reports):.3f}",
+                     events_in(record, r)])
+    return rows
+
+
+ROUND_HEADERS = ["轮", "谁和谁平均 groups", "发出/同伴 sent", "2(g-1)/g·S", "等待 s", "损失", "事件 events"]
+
+
+def round_lines(record, tensor_bytes):
+    return format_table(ROUND_HEADERS, round_rows(record, tensor_bytes),
+                        aligns=["<", "<", ">", ">", ">", ">", "<"])
+
+
+def formula_holds(record, tensor_bytes):
+    """Whether, in every round where one group formed, the peers' mean sent bytes equal
+    butterfly_bytes exactly (to the byte, as a fraction)."""
+    for r in range(record.settings.rounds):
+        reports = record.of_round(r)
+        groups = groups_of(reports)
+        if len(groups) != 1 or len(groups[0]) < 2:
+            continue
+        if abs(sum(x.sent for x in reports) - len(reports) * butterfly_bytes(len(groups[0]), tensor_bytes)) > 1e-6:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    rounds_by_peer: dict        # peer -> rounds it averaged in a group of 2 or more
+    sent: int                   # all peers' averaging bytes, the whole run
+    busiest_share: float        # the busiest peer's sent bytes / the mean over peers, per round (max)
+    downloads: int              # state downloads and their bytes
+    download_bytes: int
+    small_rounds: int           # rounds whose largest group was below the target
+    wait_full_s: float          # median of a round's slowest wait: full groups, and smaller ones
+    wait_small_s: float
+    max_diff: float             # final θ_global of each peer against the lowest-numbered peer
+    bpc: float
+    seconds: float
+
+
+def summarize(label, record, bpc):
+    import torch
+
+    s = record.settings
+    by_peer, shares, waits_full, waits_small = {}, [], [], []
+    for r in range(s.rounds):
+        reports = record.of_round(r)
+        if not reports:
+            continue
+        for x in reports:
+            if len(x.members) > 1:
+                by_peer[x.peer] = by_peer.get(x.peer, 0) + 1
+        sent = [x.sent for x in reports if len(x.members) > 1]
+        if sent and statistics.mean(sent):
+            shares.append(max(sent) / statistics.mean(sent))
+        slowest = max(x.wait_s for x in reports)
+        (waits_full if max(len(g) for g in groups_of(reports)) == s.n_peers else waits_small).append(slowest)
+    finals = [record.finals[k] for k in sorted(record.finals)]
+    diff = max((float((f[n] - finals[0][n]).abs().max()) for f in finals[1:] for n in f), default=0.0)
+    del torch
+    return Summary(label, by_peer, sum(x.sent for x in record.rounds), max(shares, default=1.0),
+                   len(record.downloads), sum(d.bytes for d in record.downloads), len(waits_small),
+                   statistics.median(waits_full) if waits_full else float("nan"),
+                   statistics.median(waits_small) if waits_small else float("nan"), diff, bpc, record.seconds)
+
+
+def summary_lines(summaries):
+    """The runs side by side: one column per run, one row per figure."""
+    def seconds(x):
+        return f"{x:.2f}" if x == x else "—"       # NaN: no such round
+
+    rows = [["各同伴平均的轮数 rounds averaged", *(" ".join(f"{p}:{n}" for p, n in sorted(x.rounds_by_peer.items()))
+                                                for x in summaries)],
+            ["发出的字节 bytes sent (all peers)", *(f"{x.sent:,}" for x in summaries)],
+            ["下载状态 state downloads: 次 / 字节", *(f"{x.downloads} / {x.download_bytes:,}" for x in summaries)],
+            ["不满的轮 rounds below the target", *(str(x.small_rounds) for x in summaries)],
+            ["满组的轮：最慢等待 s (median)", *(seconds(x.wait_full_s) for x in summaries)],
+            ["不满的轮：最慢等待 s (median)", *(seconds(x.wait_small_s) for x in summaries)],
+            ["终态差 final max|Δθ| between peers", *(f"{x.max_diff:.1e}" if x.max_diff else "0" for x in summaries)],
+            ["验证集 bits/字符 validation bpc", *(f"{x.bpc:.3f}" for x in summaries)]]
+    return format_table(["", *(x.label for x in summaries)], rows)
+
+
+def summary_observations(undisturbed, churned, matchmaking_s, n_peers):
+    """Sentences that are functions of the two summaries (each branch unit-tested)."""
+    lines = []
+    d = churned.bpc - undisturbed.bpc
+    lines.append(f"有进有出的一遍比不受打扰的一遍 bpc {'高' if d > 0 else '低' if d < 0 else '相同'} "
+                 f"{abs(d):.3f}（各一次运行 one draw each；训练出来的数随机器和种子变）。")
+    if churned.small_rounds:
+        if churned.wait_small_s >= matchmaking_s > undisturbed.wait_full_s:
+            lines.append(f"凑不满 {n_peers} 个同伴的 {churned.small_rounds} 轮，最慢的等待中位数 "
+                         f"{churned.wait_small_s:.2f} s，满组的轮 {undisturbed.wait_full_s:.2f} s：小组要等够 "
+                         f"--matchmaking-s {matchmaking_s:g} s 才成组（hivemind 的 min_matchmaking_time；"
+                         "满组不等）。没有中心，谁也不知道还有几个同伴活着。")
+        else:
+            lines.append(f"凑不满 {n_peers} 个同伴的 {churned.small_rounds} 轮，最慢的等待中位数 "
+                         f"{churned.wait_small_s:.2f} s，满组的轮 {undisturbed.wait_full_s:.2f} s。")
+    for x in (undisturbed, churned):
+        if x.max_diff:
+            lines.append(f"{x.label}：结束时各同伴的 θ_global 不是逐位相同，最大差 {x.max_diff:.1e}"
+                         "（代码 9 的 torchft 是逐位相同的）。")
+    return lines
+
+
+def share_observation(summary, part_kb):
+    if summary.busiest_share > 1.5:
+        return (f"最忙的同伴发出的字节是平均的 {summary.busiest_share:.2f} 倍：张量切成 {part_kb} KiB 的块 (parts) "
+                "分给同伴去归约，块太大，就分不匀——最极端是一个同伴归约全部，成了中心。")
+    return (f"最忙的同伴发出的字节至多是平均的 {summary.busiest_share:.2f} 倍：张量切成 {part_kb} KiB 的块 (parts)，"
+            "每个同伴归约差不多一样多的块，没有谁是中心（试试 --part-kb 512，hivemind 的默认）。")
+
