@@ -65,11 +65,11 @@ def build_parser():
                    help="引导节点 bootstrap 在这一轮开始时被 SIGKILL（默认 轮数/2）")
     p.add_argument("--no-churn", action="store_true", help="只跑 (a)：没有进出 (no churn)")
     p.add_argument("--matchmaking-s", type=float_in(0.2, 30), default=DEFAULTS["matchmaking_s"],
-                   help="凑不满一组时最多等多少秒 (hivemind: min_matchmaking_time)")
+                   help="凑不满一组时最多等多少秒 (hivemind: min_matchmaking_time)；找组的请求限它的一半")
     p.add_argument("--part-kb", type=int_in(1, 1024), default=DEFAULTS["part_kb"],
                    help="全归约的块大小 part size，KiB（hivemind 默认 512）")
     p.add_argument("--timeout", type=float_in(2, 120), default=DEFAULTS["timeout"],
-                   help="一轮平均最多等多少秒 (averaging timeout)；每个请求的时限是它的 1/5")
+                   help="一轮平均最多等多少秒 (averaging timeout)；全归约里一个同伴沉默它的 1/5 就不再等")
     p.add_argument("--model-seed", type=int_in(0, None), default=DEFAULTS["model_seed"],
                    help="模型初始化的种子 model init seed（每个同伴同一个）")
     p.add_argument("--data-seed", type=int_in(0, None), default=DEFAULTS["data_seed"],
@@ -99,7 +99,7 @@ def settings_of(args):
 
     return PeerSettings(n_peers=args.peers, rounds=args.rounds, inner_steps=args.inner_steps,
                         compression=args.compression, matchmaking_s=args.matchmaking_s,
-                        request_s=args.timeout / 5, round_s=args.timeout, part_bytes=args.part_kb * 1024,
+                        chunk_s=args.timeout / 5, round_s=args.timeout, part_bytes=args.part_kb * 1024,
                         model_seed=args.model_seed, data_seed=args.data_seed)
 
 
@@ -219,8 +219,9 @@ def main(argv=None):
     print_wrapped(f"{args.peers} 个同伴 peers，各自一个进程、一个 DHT 节点；一个引导节点 bootstrap（每个同伴先认识它）；"
                   f"全在 127.0.0.1。每轮 H = {args.inner_steps} 个内层步，然后平均伪梯度 (pseudo-gradient，"
                   f"S = {tensor_bytes:,} 字节的一个张量，压缩 {args.compression})。找组时凑满 {args.peers} 个就开始，"
-                  f"凑不满最多等 {args.matchmaking_s:g} s、至少 2 个才成组；块 part {args.part_kb} KiB；"
-                  f"一轮平均最多 {args.timeout:g} s，每个请求 {args.timeout / 5:g} s。")
+                  f"凑不满最多等 {args.matchmaking_s:g} s、至少 2 个才成组，找组的每个请求限 {s.request_s:g} s"
+                  f"（它的一半）；块 part {args.part_kb} KiB；一轮平均最多 {args.timeout:g} s，全归约里一个同伴 "
+                  f"{s.chunk_s:g} s 没有动静就不再等它。")
     on_round, t = progress("(a) 不受打扰")
     plain = hivemind_run.run(s, None, on_round=on_round)
     finished("(a) 不受打扰", t)
@@ -244,9 +245,9 @@ def main(argv=None):
                      f"{args.bootstrap_dies_at} 轮死掉，同伴 1 第 {args.leave_at} 轮离开", "-")
         for line in report.round_lines(churned, tensor_bytes):
             print_wrapped(line)
-        print_wrapped(f"同伴 {args.peers - 1} 的 DHT 节点一开始就在；它的平均器 (averager) 到第 {args.join_at} 轮才启动，"
-                      "先用 hivemind 的 load_state_from_peers 从一个同伴那里下载 θ_global、外层动量、AdamW 的状态"
-                      "和数据生成器的位置。找组的键里带着轮数，所以只有同一轮的同伴能凑成一组。")
+        print_wrapped(f"同伴 {args.peers - 1} 到第 {args.join_at} 轮才启动它的 DHT 节点（初始同伴 initial peers：引导节点和"
+                      "还活着的同伴），先用 hivemind 的 load_state_from_peers 从一个同伴那里下载 θ_global、外层动量、"
+                      "AdamW 的状态和数据生成器的位置。找组的键里带着轮数，所以只有同一轮的同伴能凑成一组。")
         summaries.append(report.summarize("(b) 有进有出", churned,
                                           reference.bpc_of(churned.finals[min(churned.finals)])))
     print()
@@ -260,6 +261,9 @@ def main(argv=None):
     print_wrapped("· " + ("每一轮，同伴发出字节的平均正好等于 2(g-1)/g·S。" if report.formula_holds(plain, tensor_bytes)
                           else "有的轮里同伴发出字节的平均不等于 2(g-1)/g·S：见上表。"))
     if churned is not None:
+        late = report.late_observation(churned, args.matchmaking_s)
+        if late:
+            print_wrapped("· " + late)
         for line in report.summary_observations(summaries[0], summaries[1], args.matchmaking_s, args.peers):
             print_wrapped("· " + line)
     if args.check and args.compression == "none":
@@ -272,6 +276,10 @@ def main(argv=None):
                      f"{s.n_peers} 个工作者）", "-")
         for line in reference.sim_check_lines(check, SIM_TOLERANCE, "hivemind"):
             print_wrapped(line)
+    elif args.check:
+        print()
+        print_wrapped(f"(d) 跳过 skipped：和我们的模拟逐位比较要 --compression none（现在是 {args.compression}；"
+                      "我们的模拟不压缩）。")
     print()
     print_header("(e) hivemind 的压缩和我们的登记表 compression_schemes.SCHEMES（同一个伪梯度）", "-")
     for line in format_table(["hivemind", "我们的行 ours", "字节/参数", "相对误差", "我们的 字节/参数", "相对误差"],

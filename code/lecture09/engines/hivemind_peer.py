@@ -3,9 +3,9 @@
 Introduced in lecture 9, code 10 (10_hivemind.py, notes §7.19). hivemind_run starts N of
 these beside a bootstrap DHT node; each reports to the parent on its own pipe:
 
-    ("ready", peer)                                       its DHT node is up
+    ("ready", peer, addresses)                            its DHT node is up (a late peer: none yet)
     ("joined", peer, round, bytes, seconds, missed)   took the state of a peer (missed: its round)
-    ("round", peer, round, members, sent, received, seconds, loss)
+    ("round", peer, round, members, sent, received, seconds, loss, complete)
     ("done", peer, final θ_global as numpy arrays)
 
 Each round is OpenDiLoCo's recipe: H inner AdamW steps on this peer's slice of the global
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 COMPRESSIONS = ("none", "float16", "meanstd_16bit", "uniform_8bit", "quantile_8bit")
 WAIT_FOR_PARENT_S = 600   # a late peer waits this long for the parent's "go", then gives up
+CHECKSUM_TOLERANCE = 1e-6  # of the average's L1 norm: fp32 rounding is ~1e-7 of it; a part left unaveraged is far more
 ROUND_BITS = 16            # the round number, in binary, is the matchmaking key's group bits
 
 
@@ -40,12 +41,18 @@ class PeerSettings:
     outer_momentum: float = 0.9
     compression: str = "none"    # hivemind's CompressionType for the averaged tensor
     matchmaking_s: float = 1.0   # how long a group waits for more peers (min_matchmaking_time)
-    request_s: float = 2.0       # every RPC of matchmaking and all-reduce (request_timeout)
+    chunk_s: float = 2.0         # the all-reduce and a state download give up on a peer silent this long
     part_bytes: int = 2 ** 14    # the all-reduce's unit of work (hivemind's default: 2 ** 19)
     round_s: float = 10.0        # a round's averaging gives up after this (step's timeout)
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
+
+    @property
+    def request_s(self):
+        """Every matchmaking RPC's time limit: half the matchmaking time (hivemind warns that a
+        request_timeout above min_matchmaking_time can deadlock matchmaking)."""
+        return self.matchmaking_s / 2
 
     @property
     def total_inner_steps(self):
@@ -136,6 +143,16 @@ def counting_compression(inner, sent):
     return Counting()
 
 
+def is_complete(averager, sums):
+    """Whether the averaged tensor is the average of the group's tensors, by a linear
+    checksum: the sum of the average must be the mean of the sums each member gathered.
+    hivemind can return a group while a part's reducer failed (it logs "received x%
+    results" and leaves that part as this peer's own); the check sees that."""
+    with averager.get_tensors() as tensors:
+        got, scale = float(tensors[0].double().sum()), float(tensors[0].double().abs().sum())
+    return abs(got - sum(sums) / len(sums)) <= CHECKSUM_TOLERANCE * scale + 1e-12
+
+
 def catch_up(peer, averager, load, pipe, settings, missed=None):
     """Download the state of a peer (hivemind's load_state_from_peers), load it and report
     ("joined", ...); the round it starts at, or None if no peer answered."""
@@ -153,9 +170,9 @@ def catch_up(peer, averager, load, pipe, settings, missed=None):
 def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     """Train rounds start_round … settings.rounds − 1; report on `pipe` (a Connection).
 
-    Once its DHT node is up it says ("ready", peer) and waits for ("go",) on the pipe.
-    start_round > 0: a late peer; when told to go it downloads the state of a peer and
-    starts from that peer's round."""
+    Once its DHT node is up it says ("ready", peer, its addresses) and waits for ("go", _).
+    start_round > 0: a late peer; told ("go", addresses) it starts its DHT node with those
+    initial peers, downloads the state of a peer and starts from that peer's round."""
     os.environ.setdefault("HIVEMIND_LOGLEVEL", "ERROR")
     import multiprocessing as mp
 
@@ -215,15 +232,23 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             with lock:
                 return dict(round=shared["round"], adam_step=shared["adam_step"]), list(shared["tensors"]), None
 
-    dht = hivemind.DHT(initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
-    averager = None
+    def start_dht(addresses):
+        return hivemind.DHT(initial_peers=addresses, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
+
+    dht = averager = None
     try:
-        pipe.send(("ready", peer))      # then wait: every peer starts together, a late one at its round
-        if not (pipe.poll(WAIT_FOR_PARENT_S) and pipe.recv() == ("go",)):
+        # every peer starts together; a late one starts its DHT node when told to go, with
+        # the addresses of every peer the parent knows (as a volunteer is given several)
+        dht = None if start_round else start_dht(initial_peers)
+        pipe.send(("ready", peer, [str(a) for a in dht.get_visible_maddrs()] if dht else []))
+        go = pipe.recv() if pipe.poll(WAIT_FOR_PARENT_S) else None
+        if not (isinstance(go, tuple) and go[0] == "go"):
             return
+        if start_round:
+            dht = start_dht(go[1])
         averager = Averager([flat], dht, start=True, prefix="tinygpt", target_group_size=s.n_peers,
                             min_group_size=2, min_matchmaking_time=s.matchmaking_s, request_timeout=s.request_s, part_size_bytes=s.part_bytes,
-                            allreduce_timeout=s.round_s, next_chunk_timeout=s.request_s,
+                            allreduce_timeout=s.round_s, next_chunk_timeout=s.chunk_s,
                             compression=counting_compression(compression_of(s.compression), sent),
                             initial_group_bits=round_bits(start_round), allow_state_sharing=True)
         r = start_round
@@ -247,16 +272,18 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             with averager.get_tensors() as tensors:
                 tensors[0].copy_(torch.nn.utils.parameters_to_vector(global_params).detach()
                                  - torch.nn.utils.parameters_to_vector(params).detach())
+                checksum = float(tensors[0].double().sum())
             before = (sent.value, received.value)
             started = time.perf_counter()
             try:
-                group = averager.step(gather=dict(peer=peer, round=r), timeout=s.round_s)
+                group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.round_s)
             except AllreduceException:      # found no group, or the group's all-reduce failed
                 group = None
             seconds = time.perf_counter() - started
             members = tuple(sorted(g["peer"] for g in group.values())) if group else (peer,)
+            complete = group is None or is_complete(averager, [g["sum"] for g in group.values()])
             pipe.send(("round", peer, r, members, sent.value - before[0], received.value - before[1], seconds,
-                       loss.item()))
+                       loss.item(), complete))
             if group is None:           # no group: a late peer takes θ_global from a peer again
                 caught = catch_up(peer, averager, load, pipe, s, missed=r)
                 if caught is not None and caught > r:
@@ -264,6 +291,13 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                     snapshot(r)
                     continue
                 # nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
+            if not complete:            # hivemind returned a partial average: skip this outer step
+                with torch.no_grad():
+                    for p, g in zip(params, global_params):
+                        p.copy_(g)
+                r += 1
+                snapshot(r)
+                continue
             with averager.get_tensors() as tensors:
                 offset = 0
                 for p in global_params:
@@ -279,4 +313,5 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     finally:
         if averager is not None:
             averager.shutdown()
-        dht.shutdown()
+        if dht is not None:
+            dht.shutdown()

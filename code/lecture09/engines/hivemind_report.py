@@ -26,21 +26,24 @@ def groups_of(reports):
 
 
 def events_in(record, r):
-    """What happened just before round r started (join, leave, bootstrap) and downloads in it."""
+    """What happened just before round r started (join, leave, bootstrap) and in it."""
     churn, out = record.churn, []
     for what, (seconds, after) in sorted(record.events.items(), key=lambda kv: kv[1]):
         if after + 1 != r:
             continue
         if what == "join":
             got = [d for d in record.downloads if d.peer == churn.join[0] and d.missed is None]
-            out.append(f"{churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else ""))
+            out.append(f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else ""))
         elif what == "leave":
-            out.append(f"{churn.leave[0]} 离开 leaves (SIGKILL)")
+            out.append(f"同伴 {churn.leave[0]} 离开 leaves (SIGKILL)")
         else:
-            out.append("引导节点死了 bootstrap dies")
+            out.append("引导节点死了 the bootstrap node dies")
+    partial = sorted(x.peer for x in record.of_round(r) if not x.complete)
+    if partial:
+        out.append("平均不全 partial（校验和 checksum）：同伴 " + ",".join(map(str, partial)) + " 跳过外层步")
     for d in record.downloads:
         if d.round == r and d.missed is not None:
-            out.append(f"{d.peer} 错过第 {d.missed} 轮，再下载 {d.bytes:,} B")
+            out.append(f"同伴 {d.peer} 第 {d.missed} 轮没凑上组，再下载 {d.bytes:,} B")
     return "；".join(out)
 
 
@@ -57,16 +60,34 @@ def round_rows(record, tensor_bytes):
                      f"{statistics.mean(sent):,.0f}" if sent else "0",
                      " / ".join(f"{f:,.0f}" for f in formula) if formula else "0",
                      f"{max(x.wait_s for x in reports):.2f}", f"{statistics.mean(x.loss for x in reports):.3f}",
-                     events_in(record, r)])
+                     "*" if events_in(record, r) else ""])
     return rows
 
 
-ROUND_HEADERS = ["轮", "谁和谁平均 groups", "发出/同伴 sent", "2(g-1)/g·S", "等待 s", "损失", "事件 events"]
+ROUND_HEADERS = ["轮 round", "谁和谁平均 groups", "发出/同伴 sent", "2(g-1)/g·S", "等待 s", "损失 loss", "事件"]
 
 
 def round_lines(record, tensor_bytes):
-    return format_table(ROUND_HEADERS, round_rows(record, tensor_bytes),
-                        aligns=["<", "<", ">", ">", ">", ">", "<"])
+    """The table, then one line per round marked * (what happened before or in it)."""
+    lines = format_table(ROUND_HEADERS, round_rows(record, tensor_bytes), aligns=["<", "<", ">", ">", ">", ">", "<"])
+    return lines + [f"  * 第 {r} 轮：{events_in(record, r)}" for r in range(record.settings.rounds)
+                    if record.of_round(r) and events_in(record, r)]
+
+
+def late_observation(record, matchmaking_s):
+    """How often the late peer found a group after it joined (None: no late peer, or always)."""
+    if not record.churn.join:
+        return None
+    peer = record.churn.join[0]
+    mine = [x for x in record.rounds if x.peer == peer]
+    alone = [x for x in mine if x.members == (peer,)]
+    if not alone:
+        return None
+    if len(alone) == len(mine):
+        return (f"同伴 {peer} 加入以后的 {len(mine)} 轮一次也没凑上组：每次都晚到，别的同伴凑组只等 --matchmaking-s "
+                f"{matchmaking_s:g} s；它找不到组，就再下载一次状态、接着晚到。对照 control：只改 --matchmaking-s，"
+                "见讲义 §7.19。")
+    return f"同伴 {peer} 加入以后的 {len(mine)} 轮里有 {len(alone)} 轮没凑上组（一个人的组 a group of one）。"
 
 
 def formula_holds(record, tensor_bytes):
@@ -91,6 +112,7 @@ class Summary:
     downloads: int              # state downloads and their bytes
     download_bytes: int
     small_rounds: int           # rounds whose largest group was below the target
+    partial_rounds: int         # rounds in which some peer's average failed the checksum
     wait_full_s: float          # median of a round's slowest wait: full groups, and smaller ones
     wait_small_s: float
     max_diff: float             # final θ_global of each peer against the lowest-numbered peer
@@ -118,8 +140,9 @@ def summarize(label, record, bpc):
     finals = [record.finals[k] for k in sorted(record.finals)]
     diff = max((float((f[n] - finals[0][n]).abs().max()) for f in finals[1:] for n in f), default=0.0)
     del torch
+    partial = len({x.round for x in record.rounds if not x.complete})
     return Summary(label, by_peer, sum(x.sent for x in record.rounds), max(shares, default=1.0),
-                   len(record.downloads), sum(d.bytes for d in record.downloads), len(waits_small),
+                   len(record.downloads), sum(d.bytes for d in record.downloads), len(waits_small), partial,
                    statistics.median(waits_full) if waits_full else float("nan"),
                    statistics.median(waits_small) if waits_small else float("nan"), diff, bpc, record.seconds)
 
@@ -134,6 +157,7 @@ def summary_lines(summaries):
             ["发出的字节 bytes sent (all peers)", *(f"{x.sent:,}" for x in summaries)],
             ["下载状态 state downloads: 次 / 字节", *(f"{x.downloads} / {x.download_bytes:,}" for x in summaries)],
             ["不满的轮 rounds below the target", *(str(x.small_rounds) for x in summaries)],
+            ["平均不全的轮 partial averages", *(str(x.partial_rounds) for x in summaries)],
             ["满组的轮：最慢等待 s (median)", *(seconds(x.wait_full_s) for x in summaries)],
             ["不满的轮：最慢等待 s (median)", *(seconds(x.wait_small_s) for x in summaries)],
             ["终态差 final max|Δθ| between peers", *(f"{x.max_diff:.1e}" if x.max_diff else "0" for x in summaries)],
@@ -157,6 +181,9 @@ def summary_observations(undisturbed, churned, matchmaking_s, n_peers):
             lines.append(f"凑不满 {n_peers} 个同伴的 {churned.small_rounds} 轮，最慢的等待中位数 "
                          f"{churned.wait_small_s:.2f} s，满组的轮 {undisturbed.wait_full_s:.2f} s。")
     for x in (undisturbed, churned):
+        if x.partial_rounds:
+            lines.append(f"{x.label}：{x.partial_rounds} 轮里 hivemind 交回的平均没有通过校验和（有一块的归约者没交回"
+                         "结果，hivemind 只记一条警告，照样返回小组）；这些轮里校验不过的同伴跳过外层步。")
         if x.max_diff:
             lines.append(f"{x.label}：结束时各同伴的 θ_global 不是逐位相同，最大差 {x.max_diff:.1e}"
                          "（代码 9 的 torchft 是逐位相同的）。")

@@ -46,6 +46,7 @@ class RoundReport:
     received: int
     wait_s: float               # the averaging step: matchmaking + all-reduce
     loss: float                 # of its last inner step
+    complete: bool = True       # the average passed the checksum (else: the outer step was skipped)
 
 
 @dataclass
@@ -117,6 +118,73 @@ def _peer(peer, initial_peers, settings, start_round, connection):
     run_peer(peer, initial_peers, settings, connection, start_round=start_round)
 
 
+def _average_peer(i, tensor, initial_peers, n, part_bytes, connection):
+    """One peer of average_once: average `tensor` once in a group of n; send the result."""
+    os.environ.setdefault("HIVEMIND_LOGLEVEL", "ERROR")
+    import hivemind
+    from hivemind.averaging import DecentralizedAverager
+
+    from lecture09.engines.hivemind_peer import is_complete
+
+    dht = hivemind.DHT(initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
+    averager = DecentralizedAverager([tensor.clone()], dht, start=True, prefix="check", target_group_size=n,
+                                     min_group_size=n, min_matchmaking_time=START_LIMIT_S / 4,
+                                     request_timeout=5.0, part_size_bytes=part_bytes)
+    try:
+        group = averager.step(gather=(i, float(tensor.double().sum())), timeout=START_LIMIT_S)
+        complete = is_complete(averager, [g[1] for g in group.values()])
+        with averager.get_tensors() as tensors:
+            connection.send(("averaged", i, sorted(g[0] for g in group.values()), tensors[0].numpy().copy(), complete))
+    finally:
+        averager.shutdown()
+        dht.shutdown()
+
+
+def average_once(tensors, part_bytes=2 ** 14, run_timeout_s=120.0):
+    """Each tensor in a peer process of its own; one hivemind averaging round in a fixed
+    group of all of them (min_group_size = target); for each peer, in order, (the group it
+    saw, its result, whether the checksum passed). For the check that hivemind's average is
+    the mean."""
+    import hivemind.averaging  # noqa: F401
+
+    ctx = multiprocessing.get_context("fork")
+    processes, pipes, results = [], [], {}
+    try:
+        mine, theirs = ctx.Pipe()
+        processes.append(ctx.Process(target=_group_child, args=(_bootstrap, theirs)))
+        processes[0].start()
+        pipes.append(mine)
+        if not mine.poll(START_LIMIT_S):
+            raise EngineFailed(f"the bootstrap DHT node did not start within {START_LIMIT_S:g} s")
+        address = mine.recv()[1]
+        for i, tensor in enumerate(tensors):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_group_child, args=(_average_peer, theirs, i, tensor, address, len(tensors),
+                                                       part_bytes))
+            p.start()
+            processes.append(p)
+            pipes.append(mine)
+        deadline = time.monotonic() + run_timeout_s
+        while len(results) < len(tensors):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EngineFailed(f"超时 timeout: no average within {run_timeout_s:g} s")
+            for reader in wait(pipes[1:], timeout=min(left, 1.0)):
+                message = reader.recv()
+                if message[0] == "error":
+                    raise EngineFailed(message[1])
+                results[message[1]] = message[2:]
+        return [results[i] for i in range(len(tensors))]
+    finally:
+        for p in processes:
+            _kill_group(p)
+        if len(results) == len(tensors):         # the bootstrap node was killed, not failed
+            try:
+                os.unlink(log_path(_bootstrap, processes[0].pid))
+            except FileNotFoundError:
+                pass
+
+
 def _kill_group(process):
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -168,6 +236,7 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
             start(peer, peer, address, settings, churn.join[1] if late else 0)
         deadline = time.monotonic() + limit
         ready, done, gone, t0 = set(), set(), set(), time.perf_counter()
+        addresses = {}              # peer -> its DHT node's addresses (a late peer is given them all)
         released = False
 
         def note(what, after_round):
@@ -191,11 +260,12 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
                     raise EngineFailed(f"peer {key}: {message[1]}")
                 if message[0] == "ready":
                     ready.add(key)
+                    addresses[key] = message[2]
                     if len(ready) == settings.n_peers and not released:
                         released, t0 = True, time.perf_counter()
                         for peer in range(settings.n_peers):
                             if not (churn.join and churn.join[0] == peer):
-                                pipes[peer].send(("go",))
+                                pipes[peer].send(("go", None))
                     continue
                 now = time.perf_counter() - t0
                 if message[0] == "done":
@@ -211,7 +281,8 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
                         on_round(report)
                     r = report.round + 1             # the round that starts now
                     if churn.join and r == churn.join[1] and "join" not in record.events:
-                        pipes[churn.join[0]].send(("go",))
+                        known = address + [a for k, found in addresses.items() if k not in gone for a in found]
+                        pipes[churn.join[0]].send(("go", known))
                         note("join", report.round)
                     if churn.leave and report.peer == churn.leave[0] and r == churn.leave[1]:
                         _kill_group(processes[report.peer])
