@@ -55,12 +55,12 @@ def build_parser():
     p.add_argument("--rounds", type=int_in(4, 200), default=DEFAULTS["rounds"], help="外层步数 rounds（每轮平均一次）")
     p.add_argument("--inner-steps", type=int_in(1, 100), default=DEFAULTS["inner_steps"],
                    help="H：每轮的内层步数 inner steps per round")
-    p.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULTS["compression"],
-                   help="hivemind 的压缩 compression（全归约里每一块 part 都这样压缩）")
+    p.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULTS["compression"], metavar="NAME",
+                   help="hivemind 的压缩 compression：" + "、".join(COMPRESSIONS) + "（全归约里每一块 part 都这样压缩）")
     p.add_argument("--join-at", type=int_in(1, None), default=None,
                    help="最后一个同伴从这一轮开始加入 joins late（默认 轮数/4）")
     p.add_argument("--leave-at", type=int_in(1, None), default=None,
-                   help="同伴 1 在这一轮开始时被 SIGKILL（默认 轮数×2/3）")
+                   help="同伴 1 在这一轮开始时被 SIGKILL、离开 leaves（默认 轮数×2/3）")
     p.add_argument("--bootstrap-dies-at", type=int_in(1, None), default=None,
                    help="引导节点 bootstrap 在这一轮开始时被 SIGKILL（默认 轮数/2）")
     p.add_argument("--no-churn", action="store_true", help="只跑 (a)：没有进出 (no churn)")
@@ -74,7 +74,7 @@ def build_parser():
                    help="模型初始化的种子 model init seed（每个同伴同一个）")
     p.add_argument("--data-seed", type=int_in(0, None), default=DEFAULTS["data_seed"],
                    help="数据顺序的种子 data order seed（抽整个 batch 的生成器）")
-    p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (d)：和我们的模拟比较")
+    p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (d)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
     return p
 
