@@ -43,10 +43,17 @@ class PeerSettings:
     matchmaking_s: float = 1.0   # how long a group waits for more peers (min_matchmaking_time)
     chunk_s: float = 2.0         # the all-reduce and a state download give up on a peer silent this long
     part_bytes: int = 2 ** 14    # the all-reduce's unit of work (hivemind's default: 2 ** 19)
-    round_s: float = 10.0        # a round's averaging gives up after this (step's timeout)
+    round_s: float = 10.0        # an all-reduce, or a state download, gives up after this
     model_seed: int = 0
     data_seed: int = 1
     world_seed: int = 0
+
+    @property
+    def find_s(self):
+        """How long a peer looks for its round's group before it gives up (and catches up by
+        downloading the state): a group forms within matchmaking_s of its first member's
+        arrival, so a peer that has not found one in 3 x that has missed it."""
+        return min(self.round_s, 3 * self.matchmaking_s)
 
     @property
     def request_s(self):
@@ -276,7 +283,7 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             before = (sent.value, received.value)
             started = time.perf_counter()
             try:
-                group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.round_s)
+                group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.find_s)
             except AllreduceException:      # found no group, or the group's all-reduce failed
                 group = None
             seconds = time.perf_counter() - started

@@ -42,8 +42,8 @@ def events_in(record, r):
     if partial:
         out.append("平均不全 partial（校验和 checksum）：同伴 " + ",".join(map(str, partial)) + " 跳过外层步")
     for d in record.downloads:
-        if d.round == r and d.missed is not None:
-            out.append(f"同伴 {d.peer} 第 {d.missed} 轮没凑上组，再下载 {d.bytes:,} B")
+        if d.missed == r:
+            out.append(f"同伴 {d.peer} 没凑上组，再下载 {d.bytes:,} B，从第 {d.round} 轮接着走")
     return "；".join(out)
 
 
