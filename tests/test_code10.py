@@ -106,7 +106,9 @@ def test_formula_holds_only_when_every_round_matches():
 
 def test_summary_counts_by_hand():
     from lecture09.engines.hivemind_report import summarize
-    s = summarize("(b)", churned(), bpc=2.5)
+    rec = churned()
+    rec.rounds.append(rec.rounds[-1].__class__(4.5, 3, 3, (3,), 0, 0, 9.0, 2.0))    # alone: not a group's wait
+    s = summarize("(b)", rec, bpc=2.5)
     assert s.rounds_by_peer == {0: 5, 1: 3, 2: 5, 3: 3}
     assert (s.downloads, s.download_bytes, s.small_rounds) == (2, 2000, 3)
     assert s.wait_full_s == pytest.approx(0.2) and s.wait_small_s == pytest.approx(1.1)
@@ -329,6 +331,14 @@ def test_the_quick_run_prints_every_part_within_100_columns_and_leaves_nothing()
     for part in ("(a) 不受打扰", "(b) 有进有出", "(c) ", "(d) ", "(e) ", "(f) "):
         assert part in out
     assert "一致：" in out and "SIGKILL" in out and "引导节点死了" in out
+    # the notes' arithmetic (§7.19) is printed by any run with 4 peers: the quick one too
+    notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    section = notes[notes.index("### 7.19"):notes.index("## 参考文献")]
+    for figure in ("500,808", "445,163", "1,340,544", "335,264", "2,682,112", "333,872"):
+        assert figure in section and figure in out, figure
+    for row in ("none                     none      4.000  0.00e+00             4.000",
+                "float16                  fp16      2.000"):
+        assert row in out, row
     assert session_processes(proc.pid, settle_s=5) == []
     assert sockets() <= before          # a killed daemon's socket is in the run's own directory
 

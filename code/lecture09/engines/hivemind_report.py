@@ -113,7 +113,7 @@ class Summary:
     download_bytes: int
     small_rounds: int           # rounds whose largest group was below the target
     partial_rounds: int         # rounds in which some peer's average failed the checksum
-    wait_full_s: float          # median of a round's slowest wait: full groups, and smaller ones
+    wait_full_s: float          # median of a round's slowest wait in a group: full groups, and smaller ones
     wait_small_s: float
     max_diff: float             # final θ_global of each peer against the lowest-numbered peer
     bpc: float
@@ -135,8 +135,9 @@ def summarize(label, record, bpc):
         sent = [x.sent for x in reports if len(x.members) > 1]
         if sent and statistics.mean(sent):
             shares.append(max(sent) / statistics.mean(sent))
-        slowest = max(x.wait_s for x in reports)
-        (waits_full if max(len(g) for g in groups_of(reports)) == s.n_peers else waits_small).append(slowest)
+        grouped = [x.wait_s for x in reports if len(x.members) > 1]   # a peer alone waited for nobody
+        if grouped:
+            (waits_full if max(len(g) for g in groups_of(reports)) == s.n_peers else waits_small).append(max(grouped))
     finals = [record.finals[k] for k in sorted(record.finals)]
     diff = max((float((f[n] - finals[0][n]).abs().max()) for f in finals[1:] for n in f), default=0.0)
     del torch
