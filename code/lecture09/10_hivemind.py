@@ -230,7 +230,7 @@ def main(argv=None):
     for line in report.round_lines(plain, tensor_bytes):
         print_wrapped(line)
     print_wrapped("发出/同伴 = 这一轮各同伴发出的张量字节的平均（序列化后的 buffer，不含 protobuf 和 libp2p "
-                  "的开销）；收到的一样多。2(g-1)/g·S：g 个同伴的蝶形全归约里一个同伴平均发出的。等待 = "
+                  "的开销；数到它下一轮开始：归约者自己的一轮返回以后，还在把平均好的块发回去）；收到的一样多。2(g-1)/g·S：g 个同伴的蝶形全归约里一个同伴平均发出的。等待 = "
                   "最慢的同伴从开始找组到平均完的秒数 [实测]。损失 = 各同伴最后一个内层步的平均。")
     summaries = [report.summarize("(a) 不受打扰", plain, reference.bpc_of(plain.finals[min(plain.finals)]))]
     churned = None

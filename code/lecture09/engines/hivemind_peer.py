@@ -6,6 +6,7 @@ these beside a bootstrap DHT node; each reports to the parent on its own pipe:
     ("ready", peer, addresses)                            its DHT node is up (a late peer: none yet)
     ("joined", peer, round, bytes, seconds, missed)   took the state of a peer (missed: its round)
     ("round", peer, round, members, sent, received, seconds, loss, complete)
+    ("bytes", peer, round, sent, received)                the round's bytes in full, a round later
     ("done", peer, final θ_global as numpy arrays)
 
 Each round is OpenDiLoCo's recipe: H inner AdamW steps on this peer's slice of the global
@@ -150,6 +151,19 @@ def counting_compression(inner, sent):
     return Counting()
 
 
+def settle(sent, received, quiet_s=0.2, limit_s=2.0):
+    """Wait (at most limit_s) until the byte counters have not moved for quiet_s: a reducer
+    sends the averaged parts back after its own step has returned."""
+    end = time.monotonic() + limit_s
+    last = (sent.value, received.value)
+    while time.monotonic() < end:
+        time.sleep(quiet_s)
+        now = (sent.value, received.value)
+        if now == last:
+            return
+        last = now
+
+
 def is_complete(averager, sums):
     """Whether the averaged tensor is the average of the group's tensors, by a linear
     checksum: the sum of the average must be the mean of the sums each member gathered.
@@ -258,7 +272,7 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                             allreduce_timeout=s.round_s, next_chunk_timeout=s.chunk_s,
                             compression=counting_compression(compression_of(s.compression), sent),
                             initial_group_bits=round_bits(start_round), allow_state_sharing=True)
-        r = start_round
+        r, pending = start_round, None   # pending: (round, counters at its start) until its bytes are sent
         if start_round:
             r = catch_up(peer, averager, load, pipe, s)
             if r is None:
@@ -280,7 +294,10 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                 tensors[0].copy_(torch.nn.utils.parameters_to_vector(global_params).detach()
                                  - torch.nn.utils.parameters_to_vector(params).detach())
                 checksum = float(tensors[0].double().sum())
+            if pending is not None:         # the round before: its last sends are done by now
+                pipe.send(("bytes", peer, pending[0], sent.value - pending[1], received.value - pending[2]))
             before = (sent.value, received.value)
+            pending = (r, *before)
             started = time.perf_counter()
             try:
                 group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.find_s)
@@ -316,6 +333,9 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                     p.copy_(g)
             r += 1
             snapshot(r)
+        if pending is not None:
+            settle(sent, received)
+            pipe.send(("bytes", peer, pending[0], sent.value - pending[1], received.value - pending[2]))
         pipe.send(("done", peer, {k: v.detach().numpy().copy() for k, v in global_model.state_dict().items()}))
     finally:
         if averager is not None:

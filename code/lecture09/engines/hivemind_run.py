@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 
 from lecture09.engines.hivemind_peer import PeerSettings, run_peer
@@ -42,8 +42,8 @@ class RoundReport:
     peer: int
     round: int
     members: tuple              # who averaged together (a group of one: nobody was found)
-    sent: int                   # tensor bytes this peer's averaging sent and received
-    received: int
+    sent: int                   # tensor bytes this peer's averaging sent and received (counted
+    received: int               # until its next round begins: a reducer sends after it returns)
     wait_s: float               # the averaging step: matchmaking + all-reduce
     loss: float                 # of its last inner step
     complete: bool = True       # the average passed the checksum (else: the outer step was skipped)
@@ -79,11 +79,30 @@ def log_path(target, pid):
     return os.path.join(tempfile.gettempdir(), f"hivemind{target.__name__}_{pid}.log")
 
 
+def own_mpfuture_lock():
+    """Fresh locks for hivemind's futures in this child. hivemind makes them at import time
+    (utils/mpfuture.py: MPFuture's update and initialization locks, SharedBytes' lock, all
+    multiprocessing Locks), so every process forked from the parent shares them; a peer
+    SIGKILLed while it held one left every other peer blocked for ever on its next future
+    (measured, quick churn runs: 3 of 11 hung in set_group_bits or step; 0 of 20 with
+    this). hivemind's own
+    MPFuture.reset_backend() makes new ones; a peer's DHT and averager processes, forked
+    after this, share the peer's, and are killed with it."""
+    import multiprocessing
+
+    from hivemind.utils import asyncio as hivemind_asyncio
+    from hivemind.utils.mpfuture import MPFuture
+
+    MPFuture.reset_backend()
+    hivemind_asyncio._AsyncContextWrapper.EXECUTOR_LOCK = multiprocessing.get_context("fork").Lock()
+
+
 def _group_child(target, connection, *args):
     """A child in a process group of its own (its DHT, averager and p2pd with it), with its
     logs in a file the error names, one error line to the parent."""
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent answers Ctrl-C and stops us
+    own_mpfuture_lock()
     log = log_path(target, os.getpid())
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -244,7 +263,10 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
 
         while len(done | gone) < settings.n_peers:
             if time.monotonic() > deadline:
-                raise EngineFailed(f"超时 timeout: the run did not finish within {limit:g} s")
+                last = {x.peer: x.round for x in record.rounds}
+                waiting = [p for p in range(settings.n_peers) if p not in done | gone]
+                raise EngineFailed(f"超时 timeout: the run did not finish within {limit:g} s (last round reported "
+                                   f"by each peer: {last}; not finished: {waiting})")
             for reader in wait([c for k, c in pipes.items() if k not in gone | done or k == "bootstrap"],
                                timeout=POLL_S):
                 key = next(k for k, c in pipes.items() if c is reader)
@@ -272,6 +294,10 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
                     done.add(key)
                     import torch
                     record.finals[key] = {k: torch.from_numpy(v) for k, v in message[2].items()}
+                elif message[0] == "bytes":        # a reducer's last sends finish after its step returns
+                    for i, x in enumerate(record.rounds):
+                        if x.peer == message[1] and x.round == message[2]:
+                            record.rounds[i] = replace(x, sent=message[3], received=message[4])
                 elif message[0] == "joined":
                     record.downloads.append(Download(now, *message[1:]))
                 elif message[0] == "round":
