@@ -93,6 +93,16 @@ def run_script(path, *args, timeout_s=1800):
     return done.stdout
 
 
+def assert_one_line_status_2(script, argv, words, cwd=None):
+    """A script run with bad flags: exit status 2, nothing on stdout, one line on stderr
+    that contains `words`."""
+    import subprocess
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                          cwd=cwd, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
 def main_quietly(main, argv):
     """(what main(argv) returns, what it printed): a script's main run in this process."""
     import contextlib

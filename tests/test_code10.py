@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly
+from conftest import LECTURE09, ROOT, assert_one_line_status_2, load_script, main_quietly
 
 SCRIPT = LECTURE09 / "10_hivemind.py"
 code10 = load_script(SCRIPT)
@@ -146,10 +146,7 @@ def test_observations_on_each_branch():
     (["--compression", "blockwise_8bit"], "--compression"),
 ])
 def test_bad_flags_are_one_line_and_status_2(argv, words):
-    done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,
-                          cwd=str(ROOT.parent), timeout=60)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert_one_line_status_2(SCRIPT, argv, words, cwd=str(ROOT.parent))
 
 
 def test_windows_gets_one_line_and_status_2(monkeypatch, capsys):
@@ -157,6 +154,13 @@ def test_windows_gets_one_line_and_status_2(monkeypatch, capsys):
     assert code10.main(["--quick"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Windows" in err and "WSL" in err
+
+
+def test_unavailable_on_each_branch():
+    from lecture09.engines import unavailable
+    assert unavailable("os", False, "no wheel here") == "no wheel here"
+    assert "pip install -r requirements.txt" in unavailable("no_such_engine_xyz", True, "x")
+    assert unavailable("os", True, "x") is None
 
 
 def test_names_agree_with_the_engine():

@@ -5,13 +5,12 @@ observation's branches on hand-made records, and the flags.
 The engine tests need torchft, whose wheel exists for Linux only: elsewhere they skip with
 that reason (the report's unit tests run everywhere)."""
 
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly
+from conftest import LECTURE09, ROOT, assert_one_line_status_2, load_script, main_quietly
 
 SCRIPT = LECTURE09 / "09_torchft.py"
 code9 = load_script(SCRIPT)
@@ -164,10 +163,7 @@ def test_names_agree_with_the_engine_and_the_simulation():
     (["--kill-at", "1"], "--kill-at"),
 ])
 def test_bad_flags_are_one_line_and_status_2(argv, words):
-    done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,
-                          cwd=str(ROOT.parent), timeout=60)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert_one_line_status_2(SCRIPT, argv, words, cwd=str(ROOT.parent))
 
 
 def test_other_platforms_get_one_line_and_status_2(monkeypatch, capsys):

@@ -167,13 +167,11 @@ def main(argv=None):
     import os
 
     os.environ.setdefault("RUST_LOG", "error")   # torchft's Rust servers: errors only (read at import)
-    if not sys.platform.startswith("linux"):
-        print(UNAVAILABLE, file=sys.stderr)
-        return 2
-    try:
-        import torchft  # noqa: F401
-    except ImportError:
-        print("没有装 torchft：先运行 pip install -r requirements.txt (torchft is not installed)", file=sys.stderr)
+    from lecture09.engines import unavailable
+
+    why = unavailable("torchft", sys.platform.startswith("linux"), UNAVAILABLE)
+    if why:
+        print(why, file=sys.stderr)
         return 2
     from lecture09.engines import reference
     from lecture09.engines import torchft_report as report

@@ -199,13 +199,11 @@ def main(argv=None):
     import os
 
     os.environ.setdefault("HIVEMIND_LOGLEVEL", "ERROR")
-    if sys.platform == "win32":
-        print(UNAVAILABLE, file=sys.stderr)
-        return 2
-    try:
-        import hivemind  # noqa: F401
-    except ImportError:
-        print("没有装 hivemind：先运行 pip install -r requirements.txt (hivemind is not installed)", file=sys.stderr)
+    from lecture09.engines import unavailable
+
+    why = unavailable("hivemind", sys.platform != "win32", UNAVAILABLE)
+    if why:
+        print(why, file=sys.stderr)
         return 2
     from lecture09.engines import hivemind_report as report
     from lecture09.engines import hivemind_run, reference
