@@ -327,9 +327,12 @@ def test_the_quick_run_prints_every_part_within_100_columns_and_leaves_nothing()
     def sockets():
         return {f for f in os.listdir("/tmp") if f.startswith("hivemind-") and f.endswith(".sock")}
     before = sockets()
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--quick"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=str(ROOT.parent), start_new_session=True)
-    out, err = proc.communicate(timeout=300)
+    for attempt in range(2):           # once more if hivemind itself gave up (one line, status 1)
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), "--quick"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=str(ROOT.parent), start_new_session=True)
+        out, err = proc.communicate(timeout=300)
+        if proc.returncode == 0 or "错误 error" not in err:
+            break
     assert proc.returncode == 0, err
     assert not [line for line in out.splitlines() if display_width(line) > 100]
     for part in ("(a) 不受打扰", "(b) 有进有出", "(c) ", "(d) ", "(e) ", "(f) "):
