@@ -214,12 +214,18 @@ def test_with_a_fixed_group_hivemind_averages_to_the_mean(n, part_bytes):
         torch.testing.assert_close(torch.from_numpy(averaged), mean, rtol=0, atol=1e-5)
 
 
-def run_with_retries(settings, churn=None, attempts=2):
-    """hivemind_run.run once more if hivemind gave up (EngineFailed: a loaded machine can
-    make a round miss its time limits) or handed back a partial average (the checksum; the
-    run then skipped an outer step, a true outcome, but not the one these tests examine).
-    Bounded: a second failure fails the test."""
+def run_with_retries(settings, churn=None, attempts=3):
+    """hivemind_run.run again (at most `attempts` runs) if hivemind gave up (EngineFailed:
+    a loaded machine can make a round miss its time limits), handed back a partial average
+    (the checksum; the run then skipped an outer step), or left a peer alone for a round
+    (it found no group: in 2 of 34 runs of the churn test here, the late peer, from the
+    round the bootstrap died). Those are true outcomes, which the hand-made records above test, but not the ones
+    these tests examine. A failure in every attempt fails the test."""
     from lecture09.engines import hivemind_run
+
+    def as_examined(record):
+        return all(x.complete and len(x.members) > 1 for x in record.rounds)
+
     for attempt in range(attempts):
         try:
             record = hivemind_run.run(settings, churn)
@@ -227,8 +233,8 @@ def run_with_retries(settings, churn=None, attempts=2):
             if attempt == attempts - 1:
                 raise
             continue
-        if all(x.complete for x in record.rounds) or attempt == attempts - 1:
-            assert all(x.complete for x in record.rounds), "a partial average in every attempt"
+        if as_examined(record) or attempt == attempts - 1:
+            assert as_examined(record), "a partial average or a peer alone in every attempt"
             return record
 
 
