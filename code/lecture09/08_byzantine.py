@@ -43,7 +43,7 @@ SGD_LR = 0.3          # swarm.influence.SGD_LR: the control row's plain SGD (tes
 # Written out so that --help needs no torch (tests check them against the registries).
 AGGREGATOR_NAMES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clip")
 ATTACK_NAMES = ("none", "sign-flip", "alie", "ipm", "tiny-dense", "tiny-dense-fixed", "gaussian", "replay")
-DEFAULTS = dict(training_flags.DEFAULTS, steps=60, workers=8, liars=1, warm_steps=30, cc_tau=1.0, bucket=0,
+DEFAULTS = dict(training_flags.DEFAULTS, steps=60, workers=8, liars=1, warm_steps=30, cc_tau=1.0, bucket=0, worker_momentum=0.0,
                 aggregators=("mean", "median", "trimmed-mean", "krum", "centered-clip"),
                 attacks=("none", "sign-flip", "alie"), compressed_attacks=("none", "tiny-dense", "tiny-dense-fixed"),
                 compressed_aggregators=("mean", "median", "trimmed-mean"))
@@ -306,6 +306,9 @@ def parse_args(argv=None):
                    help="分桶 bucketing：先把 s 份随机分一组取平均，0 = 不分桶 (default %(default)s)")
     p.add_argument("--cc-tau", type=float_in(0, 1e6, low_open=True), default=d["cc_tau"],
                    help="centered-clip 的裁剪半径 tau (default %(default)s)")
+    p.add_argument("--worker-momentum", type=float_in(0, 1, high_open=True), default=d["worker_momentum"],
+                   metavar="BETA", help="表 (2)、(3)：每个工作者发自己的动量 m = βm + (1−β)g，接收方的 AdamW 不再有动量"
+                   "（β1 = 0）；0 = 发梯度 worker momentum (Karimireddy et al. 2021; default %(default)s)")
     training_flags.add_training_arguments(p, d)
     args = p.parse_args(argv)
     if args.quick:
@@ -320,7 +323,7 @@ def parse_args(argv=None):
             p.error(f"{error} (--workers {args.workers} --liars {args.liars})")
     from lecture09.compress.compressed_dp import Seeds, TrainSetup
     train = replace(TrainSetup(n_workers=args.workers).with_steps(args.steps), bucket=args.bucket,
-                    cc_tau=args.cc_tau, precision=precision_from_args(args))
+                    cc_tau=args.cc_tau, worker_momentum=args.worker_momentum, precision=precision_from_args(args))
     return Settings(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds, jobs=args.jobs,
                     liars=args.liars, warm_steps=args.warm_steps,
                     aggregators=tuple(dict.fromkeys(["mean"] + args.aggregators)),
@@ -358,10 +361,12 @@ def main(argv=None):
         print("\n观察 Observations（表 (1)）：")
         round_observations(study, control, dense)
         print()
-        table = print_training(f"表 (2)：训练 {t.steps} 步（{t.n_workers} 个工作者发 fp32，{settings.liars} 个说谎；"
+        sends = f"动量 momentum β = {t.worker_momentum:g}" if t.worker_momentum else "fp32"
+        table = print_training(f"表 (2)：训练 {t.steps} 步（{t.n_workers} 个工作者发 {sends}，{settings.liars} 个说谎；"
                                f"前向 {t.precision}）", settings, plain, results_iter)
         print()
-        table3 = print_training(f"表 (3)：工作者发 {settings.compressed_scheme}（代码 6 的默认），同样训练 {t.steps} 步",
+        sends = f"的动量（β = {t.worker_momentum:g}）" if t.worker_momentum else "（代码 6 的默认）"
+        table3 = print_training(f"表 (3)：工作者发 {settings.compressed_scheme}{sends}，同样训练 {t.steps} 步",
                                 settings, compressed, results_iter)
     finally:
         if pool is not None:

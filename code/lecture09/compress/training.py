@@ -87,6 +87,8 @@ class TrainSetup:
     world_seed: int = 0
     bucket: int = 0                   # code 08: bucketing (s > 1) before the robust aggregator
     cc_tau: float = 1.0               # code 08: centered clipping's radius
+    worker_momentum: float = 0.0      # code 08: beta > 0: each worker sends its momentum (Karimireddy et al.
+                                      # 2021), and the receiver's AdamW keeps none of its own (beta1 = 0)
     backend: str = "sim"              # "sim": workers simulated in one process; "gloo": real ranks (gloo_dp.py)
 
     @property
@@ -182,14 +184,24 @@ class LyingWorkers:
     def __init__(self, run, setup, seed=0):
         from lecture09.robust import aggregators, attacks
         self.inner = WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
+        self.beta, self.momenta = setup.worker_momentum, [None] * setup.n_workers
         self.liars = run.liars
         self.attack = attacks.make(run.attack, seed=seed)
         self.combine = aggregators.make(run.aggregator, f=max(1, run.liars), bucket=setup.bucket,
                                         seed=seed, tau=setup.cc_tau)
         self.cap = setup.n_workers * (setup.recipe.clip_norm or math.inf)
 
+    def momentum(self, worker, grad):
+        """What worker sends before compression: its gradient, or with worker momentum beta
+        m = beta m + (1 - beta) g (m = g at the first step)."""
+        if not self.beta:
+            return grad
+        m = self.momenta[worker]
+        self.momenta[worker] = grad.clone() if m is None else m.mul_(self.beta).add_(grad, alpha=1 - self.beta)
+        return self.momenta[worker]
+
     def average(self, grads, shapes):
-        sent = [self.inner.send(w, g) for w, g in enumerate(grads)]
+        sent = [self.inner.send(w, self.momentum(w, g)) for w, g in enumerate(grads)]
         decoded = [d for d, _ in sent]
         n_honest = len(decoded) - self.liars
         if self.liars:
@@ -203,7 +215,7 @@ def make_aggregator(run, setup):
     registry's per-worker schemes."""
     if run.scheme in COLLECTIVE_SCHEMES:
         return COLLECTIVE_SCHEMES[run.scheme](run, setup)
-    if run.robust:
+    if run.robust or setup.worker_momentum:
         return LyingWorkers(run, setup)
     return WorkerCompression(run.scheme, setup.n_workers, run.error_feedback, setup.options)
 
@@ -261,6 +273,8 @@ def make_optimizer(run, setup, model, seeds):
     """(TrainConfig for tiny_gpt.train, optimizer) for the row's optimizer."""
     if run.optimizer == "adamw":
         config = replace(setup.recipe, data_seed=seeds.data)
+        if setup.worker_momentum:               # the momentum lives at the workers instead
+            config = replace(config, beta1=0.0)
         return config, tiny_gpt.make_adamw(model, config)
     if run.optimizer == "sgd":
         config = replace(setup.recipe, peak_lr=setup.sgd_lr, clip_norm=0, data_seed=seeds.data)
