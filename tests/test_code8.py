@@ -58,6 +58,38 @@ def test_liars_replace_the_last_workers_and_uploads_are_clipped():
     assert torch.allclose(average, expected, atol=1e-6) and wire_bytes == 40
 
 
+def test_worker_momentum_by_hand_and_the_receiver_keeps_none():
+    """m = g at a worker's first step, then m = beta m + (1 - beta) g, per worker; with it the
+    honest mean goes through LyingWorkers too (so the baseline row has it) and AdamW's beta1 is 0."""
+    from lecture09.compress.training import LyingWorkers, Run, Seeds, make_aggregator, make_optimizer
+    from lecture01 import tiny_gpt
+    setup = replace(small_setup(n=2), worker_momentum=0.5)
+    honest = Run("h", "adamw", "none")
+    lying = make_aggregator(honest, setup)
+    assert isinstance(lying, LyingWorkers) and not honest.robust
+    first = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0])]
+    second = [torch.tensor([3.0, 0.0]), torch.tensor([0.0, -2.0])]
+    average, _, sent = lying.average(first, None)
+    assert torch.equal(average, torch.tensor([0.5, 1.0]))
+    average, _, sent = lying.average(second, None)
+    assert torch.equal(sent[0], torch.tensor([2.0, 0.0])) and torch.equal(sent[1], torch.tensor([0.0, 0.0]))
+    assert torch.equal(first[0], torch.tensor([1.0, 0.0]))          # the caller's gradients are not touched
+    model = tiny_gpt.make_model(setup.model, seed=0)
+    _, optimizer = make_optimizer(honest, setup, model, Seeds())
+    assert optimizer.param_groups[0]["betas"][0] == 0.0
+    _, optimizer = make_optimizer(honest, small_setup(n=2), model, Seeds())
+    assert optimizer.param_groups[0]["betas"][0] == 0.9
+    plain = make_aggregator(honest, small_setup(n=2))
+    assert not isinstance(plain, LyingWorkers)
+
+
+def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3():
+    results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1", "--worker-momentum", "0.9"])
+    assert "发 动量 momentum β = 0.9" in out and "的动量（β = 0.9）" in out
+    results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
+    assert "momentum" not in out and "发 fp32" in out
+
+
 # --- one measured round ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -189,6 +221,7 @@ def test_quick_run_prints_every_table_within_100_columns():
     (["--workers", "4", "--aggregators", "krum"], "krum needs more than 2f + 2 = 4"),
     (["--workers", "8", "--liars", "2", "--bucket", "2", "--aggregators", "trimmed-mean"], "trimmed-mean needs"),
     (["--attacks", "bribe"], "invalid choice"),
+    (["--worker-momentum", "1"], "--worker-momentum"),
 ])
 def test_settings_that_cannot_run_are_one_line_and_status_2(argv, says):
     done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,

@@ -49,7 +49,7 @@ SWEEPS = {
     "08_byzantine.py": [
         ["--quick", "--workers", "3", "--jobs", "1"], ["--quick", "--workers", "9", "--liars", "4", "--jobs", "1"],
         ["--quick", "--bucket", "2", "--jobs", "1"], ["--quick", "--cc-tau", "1e-06", "--jobs", "1"],
-        ["--quick", "--cc-tau", "1000000", "--jobs", "1"],
+        ["--quick", "--cc-tau", "1000000", "--jobs", "1"], ["--quick", "--worker-momentum", "0.999", "--jobs", "1"],
         ["--quick", "--seeds", "2", "--jobs", "1", "--model-seed", "3"],
         # the measured round after more warm-up steps than the training has (its own schedule)
         ["--steps", "2", "--warm-steps", "5", "--aggregators", "mean", "--attacks", "none",
