@@ -69,3 +69,24 @@ def test_training_costs_and_attacks(default_run, section):
     assert all(d > 0.1 for d in deltas(topk, ("trimmed-mean", "none")))    # +0.19..+0.20
     assert all(0 < d < 0.1 for d in deltas(topk, ("mean", "tiny-dense")))  # "训练只差 +0.02..+0.04"
     assert re.search(r"没有一个稳健聚合器在每组种子上都比平均好", section)
+
+
+def test_worker_momentum_rows(section):
+    """The worker-momentum paragraph: centered clipping stops costing anything when nobody
+    attacks, while the honest mean itself gets worse with fp32 uploads and better with top-k
+    (paired over the same 3 seeds, in the precision auto picks)."""
+    from dataclasses import replace
+    from lecture09.compress.training import Run, train_simulated
+    argv = ["--worker-momentum", "0.9", "--aggregators", "mean", "centered-clip", "--attacks", "none",
+            "--compressed-aggregators", "mean", "--compressed-attacks", "none", "--seeds", "3"]
+    results = main_quietly(code8.main, argv)[0]
+    assert all(-0.05 <= d <= 0.01 for d in deltas(results["table"], ("centered-clip", "none")))   # −0.03..0.00
+    settings = code8.parse_args(argv)
+    seeds = [settings.seeds.shifted(k) for k in range(3)]
+    for scheme, low, high in (("none", 0.03, 0.25), ("topk", -0.12, -0.01)):   # +0.07..+0.17, −0.07..−0.03
+        gradients = replace(settings.train, worker_momentum=0.0)
+        for s in seeds:
+            paired = (train_simulated(Run("m", "adamw", scheme), s, settings.train).bpc
+                      - train_simulated(Run("m", "adamw", scheme), s, gradients).bpc)
+            assert low <= paired <= high, (scheme, s, paired)
+    assert "−0.03..0.00" in section and "+0.07..+0.17" in section

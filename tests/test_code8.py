@@ -85,7 +85,7 @@ def test_worker_momentum_by_hand_and_the_receiver_keeps_none():
 
 def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3():
     results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1", "--worker-momentum", "0.9"])
-    assert "发 动量 momentum β = 0.9" in out and "的动量（β = 0.9）" in out
+    assert "发 动量 momentum β = 0.9" in out and "topk 的动量（β = 0.9）" in out
     results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
     assert "momentum" not in out and "发 fp32" in out
 

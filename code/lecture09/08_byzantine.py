@@ -365,7 +365,7 @@ def main(argv=None):
         table = print_training(f"表 (2)：训练 {t.steps} 步（{t.n_workers} 个工作者发 {sends}，{settings.liars} 个说谎；"
                                f"前向 {t.precision}）", settings, plain, results_iter)
         print()
-        sends = f"的动量（β = {t.worker_momentum:g}）" if t.worker_momentum else "（代码 6 的默认）"
+        sends = f" 的动量（β = {t.worker_momentum:g}）" if t.worker_momentum else "（代码 6 的默认）"
         table3 = print_training(f"表 (3)：工作者发 {settings.compressed_scheme}{sends}，同样训练 {t.steps} 步",
                                 settings, compressed, results_iter)
     finally:
