@@ -206,3 +206,12 @@ def test_a_stateful_aggregator_saved_and_loaded_goes_on_exactly(bucket):
         assert torch.equal(out_a, out_b)
     assert not torch.equal(out_a, out_fresh)
     assert ag.state_of(ag.make("median", f=1)) == {}
+
+
+def test_clip_update_by_hand():
+    from lecture09.robust.aggregators import clip_update
+    before = torch.tensor([1.0, 1.0])
+    after = torch.tensor([4.0, 5.0])                       # the change (3, 4) has norm 5
+    assert torch.allclose(clip_update(before, after, 2.5), torch.tensor([2.5, 3.0]))
+    assert torch.equal(clip_update(before, after, 5.0), after) and torch.equal(clip_update(before, after, 9.0), after)
+    assert torch.equal(clip_update(before, before.clone(), 1.0), before)    # no change: nothing to cut

@@ -40,6 +40,7 @@ SWEEPS = {
         ["--quick", "--workers", "1", "--modes", "none"], ["--quick", "--update", "async", "--modes", "topk"],
         ["--quick", "--modes", "topk", "--aggregator", "median", "--attack", "tiny-dense"],
         ["--quick", "--workers", "3", "--modes", "topk-int8", "--aggregator", "trimmed-mean", "--attack", "replay"],
+        ["--quick", "--modes", "topk", "--update-clip", "1e-06", "--attack", "tiny-dense"],
     ],
     "07_compression_beyond.py": [
         ["--steps", "1", "--diloco-h", "1", "--diloco-compressed-h", "1", "--powersgd-ranks", "64", "--jobs", "1"],

@@ -112,7 +112,7 @@ def server_config_from(args, token):
                    round_deadline_s=args.round_deadline_s, min_workers=args.min_workers,
                    max_staleness=args.max_staleness,
                    max_body_bytes=args.max_body_bytes, model_seed=args.seed, token=token,
-                   aggregator=args.aggregator, byzantine=args.byzantine,
+                   aggregator=args.aggregator, byzantine=args.byzantine, update_clip=args.update_clip,
                    worker_tokens=getattr(args, "worker_tokens", ()))
 
 
@@ -143,8 +143,9 @@ def run_default(args):
         server_config = server_config_from(args, args.token)
         print_header(f"代码 6：HTTP 上的训练群 a training swarm over HTTP（{args.workers} 个工作者 workers，"
                      f"{args.update}，{server_config.total_updates} 步，每个 batch {args.batch_size}）")
-        if args.aggregator != "mean" or args.attack != "none":
-            print_wrapped(f"聚合器 aggregator：{args.aggregator}（f = {args.byzantine}）；最后一个工作者发："
+        if args.aggregator != "mean" or args.attack != "none" or args.update_clip:
+            capped = f"；每步 |Δw| ≤ {args.update_clip:g}" if args.update_clip else ""
+            print_wrapped(f"聚合器 aggregator：{args.aggregator}（f = {args.byzantine}）{capped}；最后一个工作者发："
                           f"{args.attack}（{WIRE_ATTACKS[args.attack]}）。第 7.17 节。")
         if args.update == "async":
             print_wrapped(f"async：每份上传走一步，{args.steps} 轮的数据 = {server_config.total_updates} 步，"
@@ -254,10 +255,10 @@ def run_worker_cli(args):
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
                 "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
-                "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack"},
+                "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
-              "aggregator", "byzantine", "token_file"},
+              "aggregator", "byzantine", "token_file", "update_clip"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
                "retry_budget_s", "attack"},
 }
@@ -344,6 +345,8 @@ def build_parser():
                              + ", ".join(AGGREGATOR_NAMES) + " (default %(default)s)")
     parser.add_argument("--byzantine", type=int_in(1, 31), default=server_defaults.byzantine, metavar="F",
                         help="聚合器假设最多几个说谎的工作者 f the aggregator is built for (default %(default)s)")
+    parser.add_argument("--update-clip", type=non_negative_float, default=server_defaults.update_clip, metavar="X",
+                        help="每一步走完后把 |Δw| 裁到 X（0 = 不裁）cap each step's weight change (§7.17; default %(default)s)")
     parser.add_argument("--attack", choices=tuple(WIRE_ATTACKS), default="none", metavar="NAME",
                         help="默认运行：最后一个工作者发这个，不发梯度；--worker：这个工作者发它 "
                              "what the (last) worker sends instead of its gradient: " + ", ".join(WIRE_ATTACKS)

@@ -194,6 +194,16 @@ class Bucketing:
         load_state(self.inner, state["inner"])
 
 
+def clip_update(before, after, cap):
+    """The weights after a step whose change after - before (flat (d,) vectors) is cut to L2
+    norm `cap` if it is longer (the norm in float64): a bound on how far one step moves the
+    weights, whatever the optimizer did with the gradient. It bounds the size, not the
+    direction; code 8's table (1) measures what that leaves a liar (notes §7.17)."""
+    delta = after - before
+    norm = float(delta.double().norm())
+    return before + delta * (cap / norm) if norm > cap else after
+
+
 def state_of(aggregator):
     """What an aggregator carries from one call to the next ({} for the stateless ones)."""
     return aggregator.state_dict() if hasattr(aggregator, "state_dict") else {}

@@ -25,7 +25,7 @@ KEEP = 2                       # checkpoints kept in the folder: the newest and 
 PATTERN = "checkpoint-*.pt"
 # Settings a resumed server must share with the one that wrote the checkpoint.
 FIXED_SETTINGS = ("world_size", "update", "steps", "peak_lr", "clip_norm", "model_seed", "max_staleness",
-                  "aggregator", "byzantine")
+                  "aggregator", "byzantine", "update_clip")
 
 
 class CheckpointError(Exception):

@@ -76,6 +76,7 @@ class ServerConfig:
                                      # `token` is not used
     aggregator: str = "mean"         # robust.aggregators.AGGREGATORS: how a round's uploads combine
     byzantine: int = 1               # f, the liars the aggregator is built for (not used by mean)
+    update_clip: float = 0.0         # > 0: each step's |Δw| (L2, after AdamW) is cut to this; 0: off
     checkpoint_dir: str | None = None  # where checkpoints go (swarm_checkpoint.py); None: nowhere
     checkpoint_every: int = 0        # a checkpoint after every this many versions; 0: only on stop
 

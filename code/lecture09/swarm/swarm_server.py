@@ -282,6 +282,12 @@ class ParameterServer:
         self.optimizer.zero_grad(set_to_none=True)
         if good:
             before = torch.cat([b.reshape(-1) for b in backup[0]])
+            if self.config.update_clip:             # bound the step itself (robust.aggregators.clip_update)
+                from lecture09.robust.aggregators import clip_update
+                after = clip_update(before, after, self.config.update_clip)
+                with torch.no_grad():
+                    for p, new in zip(params, after.split([p.numel() for p in params])):
+                        p.copy_(new.view_as(p))
             self.changed_entries.append(int((after != before).sum()))
         else:
             self._restore(backup)
