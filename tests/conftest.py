@@ -7,6 +7,7 @@ them by path. Loading a script runs nothing but its definitions (main() is guard
 """
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -75,12 +76,12 @@ def without_newline_marks(printed):
 
 def notes_section(path, heading_prefix):
     """The text of a Markdown section: from the heading that starts with heading_prefix
-    (e.g. "## 7") to the next heading of the same level."""
+    (e.g. "## 7 ") to the next heading of the same level or a higher one."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    level = heading_prefix.split()[0]
+    level = len(heading_prefix.split()[0])
     start = next(i for i, line in enumerate(lines) if line.startswith(heading_prefix))
     end = next((i for i in range(start + 1, len(lines))
-                if lines[i].startswith(level + " ")), len(lines))
+                if re.match("#{1,%d} " % level, lines[i])), len(lines))
     return "\n".join(lines[start:end])
 
 

@@ -1,4 +1,4 @@
-"""Claims tests for code 8 (08_byzantine.py) and notes §7.17, row by row: each sentence of
+"""Claims tests for code 8 (08_byzantine.py) and notes §8, row by row: each sentence of
 the section that states a figure or a comparison is checked on the default run (about a
 minute on 2 cores), in the precision `auto` picks and with a stated tolerance."""
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly
+from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,7 @@ def default_run():
 
 @pytest.fixture(scope="module")
 def section():
-    text = NOTES.read_text(encoding="utf-8")
-    start = text.index("### 7.17")
-    return text[start:text.index("## 参考文献", start)]
+    return notes_section(NOTES, "## 8 ")
 
 
 def test_the_tiny_dense_upload_and_its_two_controls(default_run, section):

@@ -1,4 +1,4 @@
-"""Claims tests for code 5's demo 1 (scheduling; notes §7.2-7.5): run it as a student would
+"""Claims tests for code 5's demo 1 (scheduling; notes §5.2-5.5): run it as a student would
 and check what the notes say about it. Demo 1 is pure arithmetic on fixed seeds, so every
 figure is checked exactly: the notes' tables and quoted numbers appear verbatim in the run.
 Slow (a default demo-1 run and a 20-seed hit-rate count), like the other claims tests.
@@ -34,9 +34,9 @@ def notes_tables(section):
             for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
 
 
-def test_every_table_row_of_section_7_5_is_printed(demo1_output):
-    """Each row of §7.5's three tables: its figures, in order, on one printed row."""
-    section = notes_section(LECTURE09_NOTES, "### 7.5")
+def test_every_table_row_of_section_5_5_is_printed(demo1_output):
+    """Each row of §5.5's three tables: its figures, in order, on one printed row."""
+    section = notes_section(LECTURE09_NOTES, "### 5.5")
     printed_rows = [flat(line) for line in demo1_output.splitlines()]
     checked = 0
     for cells in notes_tables(section):
@@ -49,7 +49,7 @@ def test_every_table_row_of_section_7_5_is_printed(demo1_output):
 
 
 def test_local_search_census_and_traces(demo1_output):
-    """§7.3: what stops strict descent (all 496 swaps), the budgets, what sideways moves do."""
+    """§5.3: what stops strict descent (all 496 swaps), the budgets, what sideways moves do."""
     assert says(demo1_output, "上的全部 496 个交换")
     assert says(demo1_output, "同一地区内 112 个：0 个更好、112 个不变、0 个更差；跨地区 384 个：0 个更好、0 个不变、384 个更差")
     strict = re.search(r"局部搜索，严格下降（各 3000 次提议）：(.*)", demo1_output).group(1)
@@ -61,7 +61,7 @@ def test_local_search_census_and_traces(demo1_output):
 
 
 def test_genetic_search_and_the_second_instance(demo1_output):
-    """§7.3 and §7.5: the region-aware search reaches the optimum on >= 4 of 5 seeds on both
+    """§5.3 and §5.5: the region-aware search reaches the optimum on >= 4 of 5 seeds on both
     instances within a fifth of the sideways budget; the blind one does not at batch 256."""
     assert says(demo1_output, "遗传算法（各 20000 次代价计算，种群 6）：22.17、36.52、22.17、22.17、22.17")
     assert says(demo1_output, "batch 1024：4/5 个种子到了最优（不看地区：5/5）；batch 256：5/5 个种子到了最优（不看地区：0/5）")
@@ -73,7 +73,7 @@ def test_genetic_search_and_the_second_instance(demo1_output):
 
 
 def test_traffic_per_device_and_the_paper_settings(demo1_output):
-    """§7.2 and §7.5: bytes per device per Eq. 2, the bubble, the paper's setting, the presets."""
+    """§5.2 and §5.5: bytes per device per Eq. 2, the bubble, the paper's setting, the presets."""
     assert says(demo1_output, "数据并行 2 × (8−1)/8 × 0.650 = 1.137 GB")
     assert says(demo1_output, "流水线 中间阶段的卡 2.147 GB（前向 + 反向），一个副本 3 个切口 × 2 个方向共 6.442 GB")
     assert says(demo1_output, "气泡 bubble (P−1)/(M+P−1) = 3/7 = 42.9%")
@@ -83,15 +83,15 @@ def test_traffic_per_device_and_the_paper_settings(demo1_output):
     assert says(demo1_output, "这里随机分配是最优分配的 4.9 倍")
 
 
-def test_genetic_hit_rates_over_20_seeds_quoted_in_section_7_5():
-    """§7.5's 20-seed hit rates (default budget, network seed 0, M = 4), recomputed."""
+def test_genetic_hit_rates_over_20_seeds_quoted_in_section_5_5():
+    """§5.5's 20-seed hit rates (default budget, network seed 0, M = 4), recomputed."""
     from lecture09 import dist_sim
     net = dist_sim.make_network([8] * 4, intra_gbps=10, inter_gbps_range=(0.3, 1.3),
                                 inter_latency_ms_range=(10, 250), seed=0)
-    section = flat(notes_section(LECTURE09_NOTES, "### 7.5"))
+    section = flat(notes_section(LECTURE09_NOTES, "### 5.5"))
     quoted = re.search(r"batch64是(\d+)/20、batch256是(\d+)/20、batch1024是(\d+)/20；"
                        r"不看地区的版本分别是(\d+)/20、(\d+)/20、(\d+)/20", section)
-    assert quoted, "the hit-rate sentence of §7.5 is missing or reworded"
+    assert quoted, "the hit-rate sentence of §5.5 is missing or reworded"
     counts = []
     for region_aware in (True, False):
         for batch in (64, 256, 1024):

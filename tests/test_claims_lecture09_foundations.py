@@ -1,8 +1,8 @@
-"""Claims tests for lecture 9 §2 (data parallelism) and §5 (collectives): run code 1 and
+"""Claims tests for lecture 9 §2 (data parallelism) and §1 (collectives): run code 1 and
 code 2 at their defaults, as a student would, and check what the notes say. Slow.
 
 - Arithmetic (bytes, counts, formulas evaluated, the α–β model's times on the data-center
-  link) is the same on every machine: every such number in §2 and §5 must be printed by a
+  link) is the same on every machine: every such number in §2 and §1 must be printed by a
   default run, and the tables the notes copy must appear in the output line for line.
 - Measured times are written "约" (about) and trained figures "≈": they are left out of
   the verbatim check; a trained figure is checked against this run within a tolerance,
@@ -21,7 +21,7 @@ NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 # like have no decimal point, and every table the notes copy is printed).
 ALLOWED = set()
 
-# One seed's trained figure moves by up to ~0.006 bits/char between CPUs (notes §7.7);
+# One seed's trained figure moves by up to ~0.006 bits/char between CPUs (notes §5.7);
 # the notes round to two decimals, so 0.01 + 0.005 covers both.
 TRAINED_TOLERANCE_BPC = 0.015
 
@@ -42,7 +42,7 @@ def code2_output():
 
 
 def _exact_text(section):
-    """A section without headings, section references ("第 5.3 节", "§7.4") and approximate figures."""
+    """A section without headings, section references ("第 1.3 节", "§5.4") and approximate figures."""
     text = "\n".join(line for line in section.splitlines() if not line.startswith("#"))
     text = re.sub(r"第 ?\d+(\.\d+)? ?节|\d+\.\d+ ?节|§\d+(\.\d+)?|\d+\.\d+（", " ", text)
     return APPROXIMATE.sub(" ", text)
@@ -63,27 +63,27 @@ def _missing(section, outputs):
     return sorted(n for n in numbers if n not in ALLOWED and not any(n in out for out in outputs))
 
 
-def test_every_exact_number_in_section_5_is_printed(code1_output, code2_output):
-    missing = _missing(notes_section(NOTES, "## 5"), [code1_output, code2_output])
-    assert not missing, f"numbers in §5 that no default run printed: {missing}"
+def test_every_exact_number_in_section_1_is_printed(code1_output, code2_output):
+    missing = _missing(notes_section(NOTES, "## 1 "), [code1_output, code2_output])
+    assert not missing, f"numbers in §1 that no default run printed: {missing}"
 
 
 def test_every_exact_number_in_section_2_is_printed(code1_output, code2_output):
-    missing = _missing(notes_section(NOTES, "## 2"), [code1_output, code2_output])
+    missing = _missing(notes_section(NOTES, "## 2 "), [code1_output, code2_output])
     assert not missing, f"numbers in §2 that no default run printed: {missing}"
 
 
-def test_tables_copied_into_section_5_match_the_output(code1_output):
+def test_tables_copied_into_section_1_match_the_output(code1_output):
     """The worked ring example and the demo 3 / demo 4 tables are copied verbatim."""
     lines = set(code1_output.splitlines())
-    copied = [block for block in _code_blocks(notes_section(NOTES, "## 5")) if "----" in block]
+    copied = [block for block in _code_blocks(notes_section(NOTES, "## 1 ")) if "----" in block]
     assert len(copied) == 3
     for block in copied:
         for line in block.splitlines():
             assert line in lines, f"not in the output: {line!r}"
 
 
-def test_section_5_claims(code1_output):
+def test_section_1_claims(code1_output):
     flat = _squash(code1_output)
     claims = (["630 次模拟，630 次结果等于真正的和"]
               + [f"p = {p}：5 种原语 × 3 种算法在真的进程上运行，结果都等于真正的和。" for p in (2, 3, 4)]
@@ -103,7 +103,7 @@ def test_section_2_claims(code2_output):
     assert _squash("2 个进程上的权重逐位相同") in flat
     for text in ("83,468 个参数（17 个张量），fp32 梯度 333,872 字节", "每个进程发出 2(W−1)/W·n = 333,872 字节",
                  "朴素写法要 17 次 all-reduce", "拼平只要 1 次", "分桶 4 次",
-                 "6 个矩阵 M（m × k）各发 P（m × 2）和 Q（k × 2），共 2,864 个数；11 个向量"):
+                 "6 个矩阵 M（m × k）各发 P（m × 2）和 Q（k × 2），共 2,864 个数；11 个张量原样发"):
         assert _squash(text) in flat, text
     hooks = {}
     for line in code2_output.splitlines():
@@ -114,7 +114,7 @@ def test_section_2_claims(code2_output):
     assert hooks["fp16_compress_hook"][:2] == ("166,936", "2.0")
     assert hooks["powerSGD_hook"][:2] == ("16,624", "20.1")
     # the trained figures the notes quote with ≈ (two decimals), on this machine
-    section = notes_section(NOTES, "## 2")
+    section = notes_section(NOTES, "## 2 ")
     quoted = {name: float(value) for name, value in
               re.findall(r"\| (DDP 不压缩 none|`fp16_compress_hook`|`powerSGD_hook`（秩 2）) \|[^|]+\|[^|]+\| ≈([\d.]+) \|", section)}
     assert len(quoted) == 3

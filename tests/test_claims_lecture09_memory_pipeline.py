@@ -1,4 +1,4 @@
-"""Claims tests for lecture 9 §1, §3, §4, §6: run code 3 and code 4 as a student would and
+"""Claims tests for lecture 9 §3, §4, §4.8, §4.12: run code 3 and code 4 as a student would and
 check what the notes say about them. Slow (a minute or so), part of CI on purpose.
 
 Every figure these sections quote is arithmetic or a count (the same on every machine),
@@ -14,7 +14,7 @@ import pytest
 from conftest import LECTURE09, ROOT, decimals_in, notes_section, run_script
 
 NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
-SECTIONS = ("## 1 ", "## 3 ", "## 4 ", "## 6 ")
+SECTIONS = ("## 3 ", "## 4 ")
 
 # Parameters the notes state without a run printing them as a decimal: flag defaults in the
 # flag tables (--utilisation 0.4).
@@ -31,7 +31,7 @@ def outputs():
 
 
 def _without_references(text):
-    """Drop headings and references like "1.4 节" / "§7.4" / "arXiv:2205.05198": not results."""
+    """Drop headings and references like "1.4 节" / "§5.4" / "arXiv:2205.05198": not results."""
     text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     return re.sub(r"\d+\.\d+(–\d+\.\d+)? ?节|§\d+(\.\d+)?|arXiv:\d+\.\d+", " ", text)
 
@@ -58,26 +58,26 @@ def test_default_output_fits_a_projector(outputs):
         assert not wide, (name, wide[:3])
 
 
-def test_section_1_claims(outputs):
+def test_section_3_claims(outputs):
     out3, out3_4 = outputs["code3"], outputs["code3 --ranks 4"]
     assert "120.0 → 31.4 → 16.6 → 1.9 GB" in out3                         # ZeRO Figure 1, computed
     assert "实测和公式逐字节相等" in unwrapped(out3)
     for out in (out3, out3_4):
         assert "两种 ZeRO-1 的权重都和普通 AdamW 一致" in unwrapped(out) and "每个 rank 上的模型逐位相同" in unwrapped(out)
-    # the per-rank optimizer bytes of §1.6's table
-    section = notes_section(NOTES, "### 1.6")
+    # the per-rank optimizer bytes of §3.6's table
+    section = notes_section(NOTES, "### 3.6")
     for cells in ("333,872 / 333,872", "334,080 / 333,664"):
         assert cells in section and cells in out3
     for cells in ("166,936 / 166,936 / 166,936 / 166,936", "221,184 / 148,992 / 148,992 / 148,576"):
         assert cells in section and cells in out3_4
     assert "分到 1 / 3 / 3 / 10 个张量" in unwrapped(out3_4)                           # "it gets only 1 tensor"
     for figure in ("333,872", "667,744", "1,335,488", "83,468"):
-        assert figure in notes_section(NOTES, "### 1.5") and figure in out3
+        assert figure in notes_section(NOTES, "### 3.5") and figure in out3
 
 
-def test_section_3_timeline_and_claims(outputs):
+def test_section_4_pipeline_timeline_and_claims(outputs):
     out4 = outputs["code4"]
-    section = notes_section(NOTES, "## 3 ")
+    section = notes_section(NOTES, "## 4 ")
     timeline = [line for line in section.splitlines() if line.startswith("阶段 ") and "│" in line]
     assert len(timeline) == 8
     for line in timeline:
@@ -88,18 +88,18 @@ def test_section_3_timeline_and_claims(outputs):
     assert "程序都通过了不死锁检查" in unwrapped(out4)
 
 
-def test_section_4_claims(outputs):
+def test_section_4_tensor_parallel_claims(outputs):
     out4 = outputs["code4"]
     assert "切开的层和 nn.Linear 一致" in unwrapped(out4)
     assert "1.3B、7B 的通信比计算还慢" in unwrapped(out4)
     assert "每次 3,072 个数" in unwrapped(out4)
 
 
-def test_section_6_claims(outputs):
+def test_section_4_hybrid_claims(outputs):
     out4 = outputs["code4"]
     assert "最好 best（放得下、估计时间最短）：不重叠时 (32, 4, 8)，30.18 s；DP 藏起来时 (64, 2, 8)，28.70 s。" in unwrapped(out4)
-    # §6.3's table, row by row: every cell of each notes row is the printed row's (issue 20)
-    section = notes_section(NOTES, "### 6.3")
+    # §4.14's table, row by row: every cell of each notes row is the printed row's (issue 20)
+    section = notes_section(NOTES, "### 4.14")
     notes_rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
                   if re.match(r"\| \(\d", line)]
     printed = {line.split(")")[0] + ")": line.split(")", 1)[1].split() for line in out4.splitlines()
@@ -113,11 +113,11 @@ def test_section_6_claims(outputs):
     assert "表里 TP 相同的几行激活都一样" in unwrapped(out4)
 
 
-def test_section_6_published_run_table_row_by_row(outputs):
-    """§6.3's reconciliation with Megatron-LM's published run: each notes row is a printed row
+def test_section_4_14_published_run_table_row_by_row(outputs):
+    """§4.14's reconciliation with Megatron-LM's published run: each notes row is a printed row
     (label and seconds), in the printed order (issue 20, 4)."""
     out4 = outputs["code4"]
-    section = notes_section(NOTES, "### 6.3")
+    section = notes_section(NOTES, "### 4.14")
     start = section.index("| 一次换掉一个假设")
     notes_rows = [[c.strip() for c in line.strip("|").split("|")] for line in section[start:].splitlines()[2:]
                   if line.startswith("|")]
@@ -149,11 +149,14 @@ def _contiguous(values, tokens):
     return any(tokens[i:i + n] == values for i in range(len(tokens) - n + 1))
 
 
-@pytest.mark.parametrize("heading,minimum", [("## 1 ", 13), ("## 4 ", 3)])
+@pytest.mark.parametrize("heading,minimum", [("## 3 ", 13), ("### 4.8", 3)])
 def test_model_tables_row_by_row(outputs, heading, minimum):
-    """Issue 20: each model row of §1's and §4's tables is one printed row, cell for cell and
+    """Issue 20: each model row of §3's and §4.8's tables is one printed row, cell for cell and
     in order, so a swapped cell or a changed figure fails (not just 'each decimal appears')."""
-    rows = _model_rows(notes_section(NOTES, heading))
+    text = notes_section(NOTES, "## 4 ") if heading == "### 4.8" else notes_section(NOTES, heading)
+    if heading == "### 4.8":                        # the tensor-parallel part: §4.8-§4.11
+        text = text[text.index("### 4.8"):text.index("### 4.12")]
+    rows = _model_rows(text)
     assert len(rows) >= minimum
     printed = [line for text in outputs.values() for line in text.splitlines()]
     for label, values in rows:
@@ -161,25 +164,25 @@ def test_model_tables_row_by_row(outputs, heading, minimum):
         assert matches, (heading, label, values)
 
 
-# Rows of §1-§6's tables that are not one printed row, each with where it is checked instead.
+# Rows of §3-§4's tables that are not one printed row, each with where it is checked instead.
 NOT_ONE_PRINTED_ROW = {
     "ZeRO-1、ZeRO-2": "printed as two rows with the same figures; the decimals test checks 29.5 and 1.18",
-    "梯度": "§1.5's measured-bytes table: test_section_1_claims checks its figures in the output",
-    "普通 AdamW，每个进程": "§1.6: per-rank bytes from two runs side by side, test_section_1_claims",
-    "ShardedAdamW": "§1.6, test_section_1_claims (cells against both runs)",
-    "ZeroRedundancyOptimizer": "§1.6, test_section_1_claims (cells against both runs)",
-    "GPipe": "§3.4: test_section_3_timeline_and_claims matches the printed row by regex",
-    "1F1B": "§3.4: test_section_3_timeline_and_claims matches the printed row by regex",
-    "数据并行 DP": "§6.1 describes the three kinds in words: no figure",
-    "流水线并行 PP": "§6.1, words only",
-    "张量并行 TP": "§6.1, words only",
+    "梯度": "§3.5's measured-bytes table: test_section_1_claims checks its figures in the output",
+    "普通 AdamW，每个进程": "§3.6: per-rank bytes from two runs side by side, test_section_1_claims",
+    "ShardedAdamW": "§3.6, test_section_1_claims (cells against both runs)",
+    "ZeroRedundancyOptimizer": "§3.6, test_section_1_claims (cells against both runs)",
+    "GPipe": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
+    "1F1B": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
+    "数据并行 DP": "§4.12 describes the three kinds in words: no figure",
+    "流水线并行 PP": "§4.12, words only",
+    "张量并行 TP": "§4.12, words only",
 }
 
 
 @pytest.mark.parametrize("heading", SECTIONS)
 def test_every_table_row_is_a_printed_row(outputs, heading):
     """Issue 20: a figure in a Markdown table cannot change, or move to another cell, without a
-    test failing. Each body row of §1, §3, §4 and §6 (flag tables aside) is a printed line:
+    test failing. Each body row of §3, §4, §4.8 and §4.12 (flag tables aside) is a printed line:
     its first cell starts the line and the other cells follow side by side, in order."""
     printed = [line for text in outputs.values() for line in text.splitlines()]
     lines = notes_section(NOTES, heading).splitlines()

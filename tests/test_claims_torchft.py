@@ -1,4 +1,4 @@
-"""Claims tests for code 9 (09_torchft.py) and notes §7.18, row by row: the bytes a healing
+"""Claims tests for code 9 (09_torchft.py) and notes §9, row by row: the bytes a healing
 replica downloads (exact), every replica equal at the end, the gap against the Lighthouse's
 two waits (the notes' four controls, two of them rerun here), the check against our
 simulation, and the Lighthouse killed. Slow: about three minutes on 2 cores. Timings are
@@ -41,7 +41,7 @@ def default_out():
 
 @pytest.fixture(scope="module")
 def section():
-    return notes_section(NOTES, "### 7.18").split("\n## ")[0]     # the last ### before the references
+    return notes_section(NOTES, "## 9 ")
 
 
 def test_the_bytes_of_a_heal_are_exact(default_out, section):

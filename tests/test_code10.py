@@ -344,9 +344,9 @@ def test_the_quick_run_prints_every_part_within_100_columns_and_leaves_nothing()
     for part in ("(a) 不受打扰", "(b) 有进有出", "(c) ", "(d) ", "(e) ", "(f) "):
         assert part in out
     assert "一致：" in out and "SIGKILL" in out and "引导节点死了" in out
-    # the notes' arithmetic (§7.19) is printed by any run with 4 peers: the quick one too
+    # the notes' arithmetic (§10) is printed by any run with 4 peers: the quick one too
     notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
-    section = notes[notes.index("### 7.19"):notes.index("## 参考文献")]
+    section = notes[notes.index("## 10 "):notes.index("## 参考文献")]
     for figure in ("500,808", "445,163", "1,340,544", "335,264", "2,682,112", "333,872"):
         assert figure in section and figure in out, figure
     for row in ("none                     none      4.000  0.00e+00             4.000",

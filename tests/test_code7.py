@@ -165,7 +165,7 @@ def test_quick_says_which_given_flags_it_replaces(capsys):
 
 
 def test_table_d_pipeline_traffic_is_inside_regions_as_the_notes_say():
-    """Notes §7.16: demo 1's optimum, which table (d) prices, has all 24 pipeline edges inside
+    """Notes §7.5: demo 1's optimum, which table (d) prices, has all 24 pipeline edges inside
     a region, so its pipeline seconds are intra-region traffic (issue 20, 6)."""
     from conftest import ROOT
     from lecture09 import dist_sim

@@ -46,7 +46,7 @@ def test_one_gpu_shards_nothing_and_more_gpus_never_cost_more():
 
 
 def test_zero_communication():
-    """ZeRO §7: stages 0-2 move 2Ψ elements, stage 3 moves 3Ψ. Ring: each Ψ-collective sends
+    """ZeRO §5: stages 0-2 move 2Ψ elements, stage 3 moves 3Ψ. Ring: each Ψ-collective sends
     (N-1)/N of it: 2 × 1e9 × 63/64 × 2 bytes = 3.9375e9."""
     assert [mm.zero_comm_elements(1e9, s) for s in mm.ZERO_STAGES] == [2e9, 2e9, 2e9, 3e9]
     assert mm.zero_sent_bytes_per_gpu(1e9, 64, 0) == pytest.approx(3.9375e9)

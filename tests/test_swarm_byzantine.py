@@ -1,4 +1,4 @@
-"""Code 6 against workers that lie (issue 23, notes §7.17): per-worker tokens (a token
+"""Code 6 against workers that lie (issue 23, notes §8): per-worker tokens (a token
 uploads only as its own worker, so a replay under another id is refused), robust
 aggregators in the server's round, and the influence of a tiny dense upload on the real
 server's AdamW step, in units of one honest worker."""
@@ -230,7 +230,7 @@ def test_the_tiny_dense_upload_on_the_real_server(bodies, aggregator, n, bounded
 
 
 def test_krum_on_uploads_from_the_first_weights_picks_an_honest_one(bodies):
-    """What the notes §7.17 say beside table (1): Krum's pick depends on how far apart the
+    """What the notes §8 say beside table (1): Krum's pick depends on how far apart the
     honest uploads are; here (5 batches at the same early weights) it is an honest one."""
     honest, warm = bodies
     shapes = ParameterServer(ServerConfig()).shapes

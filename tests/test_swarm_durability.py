@@ -228,7 +228,7 @@ def test_resuming_with_another_aggregator_is_refused_in_one_line(tmp_path, shape
 
 
 def test_a_checkpoint_after_one_step_is_the_size_the_notes_quote(tmp_path, shapes):
-    """§7.11: 1,020,976 bytes (torch 2.13.0) with the mean: three copies of the 333,872
+    """§6: 1,020,976 bytes (torch 2.13.0) with the mean: three copies of the 333,872
     weight bytes (weights, exp_avg, exp_avg_sq) and ~19 KB of the rest; centered clipping
     adds one more copy, its center."""
     sizes = {}

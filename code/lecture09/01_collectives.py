@@ -15,7 +15,7 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     演示 5（demo 5）：在本机回环网络（loopback）上起 p = 2…4 个真的 gloo 进程，运行同样的消息序列，
       和 torch.distributed.all_reduce 对比计时，用最小二乘拟合 α 和 β，列出模型和实测不一致的地方。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 5 节（第 2 节和第 7 节引用它）
+对应讲义 (notes): lectures/lecture09_distributed_training.md 第 1 节（第 2 节和第 5 节引用它）
 
 运行 (run):
     python3 code/lecture09/01_collectives.py               # 全部，2 核机器上十几秒（见 README）
@@ -55,7 +55,7 @@ from lecture01.console import print_header, print_table, print_wrapped
 
 @dataclass(frozen=True)
 class ModelSetup:
-    """Demos 2-4: the α–β model on a data-center link (dist_sim.FIGURES, the same as §7)."""
+    """Demos 2-4: the α–β model on a data-center link (dist_sim.FIGURES, the same as §5)."""
     n_bytes: int = 2**20              # 1 MiB per worker: a multiple of every p below, so every formula is exact
     world_sizes: tuple = (2, 4, 8, 16, 32, 64)
     check_world_sizes: tuple = tuple(range(1, 18)) + (31, 32, 33, 64)   # powers of two and their neighbours
@@ -177,7 +177,7 @@ def run_demo3(setup, out=print_wrapped):
                      f"{times['naive'] * 1e3:.3f}", f"{times['tree'] * 1e3:.3f}", f"{times['ring'] * 1e3:.3f}"])
     print_table(["p", "朴素 naive", "树 tree", "环 ring", "环 ÷ n", "朴素 ms", "树 ms", "环 ms"], rows)
     out(f"字节数来自消息序列本身（collectives.schedule_cost）；ms 列是 α–β 模型在数据中心链路上的时间："
-        f"α = {setup.latency_s * 1e3:g} ms，β = {setup.bandwidth_gbps:g} Gbit/s（dist_sim.FIGURES，和第 7 节同一张表）。")
+        f"α = {setup.latency_s * 1e3:g} ms，β = {setup.bandwidth_gbps:g} Gbit/s（dist_sim.FIGURES，和第 5 节同一张表）。")
     p = setup.size_table_p if setup.size_table_p in setup.world_sizes else max(setup.world_sizes)
     beta = setup.bandwidth_bytes_per_s
     parts = []

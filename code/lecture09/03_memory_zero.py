@@ -15,7 +15,7 @@ Lecture 9, code 3: the memory and compute of training a foundation model, and Ze
     演示 4（demo 4）：真的 ZeRO-1：2–4 个 gloo 进程分片优化器状态（自己写的 ShardedAdamW，以及 PyTorch 的
       ZeroRedundancyOptimizer），N 步以后的权重和单进程的普通 AdamW 比；每个进程的优化器字节数。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 1 节
+对应讲义 (notes): lectures/lecture09_distributed_training.md 第 3 节
 
 运行 (run):
     python3 code/lecture09/03_memory_zero.py              # 全部，时间见 README（2 核机器，中位数）
@@ -206,7 +206,7 @@ def zero_table(n_params, gpu_counts, k):
 
 
 def zero_comm_time_s(n_params, n_gpus, stage, latency_s=mm.LINK_LATENCY_S, bandwidth=mm.INFINIBAND_BYTES_PER_S):
-    """α–β time (alpha_beta, §5) of one step's ZeRO traffic with ring collectives over
+    """α–β time (alpha_beta, §1) of one step's ZeRO traffic with ring collectives over
     InfiniBand, fp16 values; the vector padded to a multiple of n_gpus."""
     n_bytes = -(-int(n_params * mm.FP16_BYTES) // n_gpus) * n_gpus
     if stage == 0:
@@ -237,7 +237,7 @@ def run_demo2(setup, out=print_wrapped):
     print_table(["模型，N_d", "0 数据并行", "1 P_os", "2 P_os+g", "3 P_os+g+p", "ZeRO-3 放得下"], rows)
 
     print()
-    out(f"每一步每张卡的通信（ZeRO 论文 §7；环形 ring 集合通信，fp16；时间按 α–β 模型，"
+    out(f"每一步每张卡的通信（ZeRO 论文 §5；环形 ring 集合通信，fp16；时间按 α–β 模型，"
         f"InfiniBand {mm.INFINIBAND_BYTES_PER_S / 1e9:g} GB/s、α = {mm.LINK_LATENCY_S * 1e6:g} µs），"
         f"Ψ = {psi / 1e9:g}B、N_d = {n_fig}：")
     rows, comm = [], {}
@@ -265,7 +265,7 @@ def demo2_observations(setup, r, out=print_wrapped):
     last = setup.models[-1]
     per_stage = r["tables"][last][max(setup.zero_gpus)]
     out(f" 3. {last} 在 {max(setup.zero_gpus)} 张卡上：ZeRO-1 每卡 {fmt_gb(per_stage[1])} GB，"
-        f"ZeRO-3 {fmt_gb(per_stage[3])} GB。" + ("模型状态放下了，激活还得另想办法（重算、流水线、张量并行，第 3、4 节）。"
+        f"ZeRO-3 {fmt_gb(per_stage[3])} GB。" + ("模型状态放下了，激活还得另想办法（重算、流水线、张量并行，第 4 节）。"
                                              if per_stage[3] <= mm.A100_MEMORY_BYTES else "仍然放不下。"))
 
 

@@ -18,7 +18,7 @@ parallelism (3D parallelism).
     演示 4（demo 4）：3D 并行的小规划器：给定模型和集群，几种 (DP, PP, TP) 组合的每卡显存、气泡、
       每次迭代的通信（α–β 模型）和时间。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 3、4、6 节
+对应讲义 (notes): lectures/lecture09_distributed_training.md 第 4 节
 
 运行 (run):
     python3 code/lecture09/04_pipeline.py                 # 全部，时间见 README（2 核机器，中位数）

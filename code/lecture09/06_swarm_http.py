@@ -4,7 +4,7 @@
 问题：代码 5 在一个进程里模拟了带梯度压缩的数据并行。如果工作者（worker）是独立的进程，
 通过 HTTP 和参数服务器（parameter server）通信，像互联网上的志愿者训练群（volunteer swarm）
 那样，会有什么变化？服务器可以信任什么，又必须检查什么？线上一共走了多少字节、多少次往返？
-讲义 Notes: lectures/lecture09_distributed_training.md 第 7.11 节（从模拟到真实的训练群）。
+讲义 Notes: lectures/lecture09_distributed_training.md 第 6 节（从模拟到真实的训练群）。
 
 默认运行（用时见 README：2 核机器上的中位数；4 个工作者进程，60 步）：
   (1) 每种压缩方式 compression mode（none、topk、topk-int8）训练一次：127.0.0.1 上（一个空闲
@@ -47,7 +47,7 @@
   python3 code/lecture09/06_swarm_http.py                          # 默认：(1) 和 (2)
   python3 code/lecture09/06_swarm_http.py --steps 40 --modes topk  # 更短，只一种压缩
   python3 code/lecture09/06_swarm_http.py --update async           # 每份上传走一步，学习率乘 1/(1+age)
-  python3 code/lecture09/06_swarm_http.py --aggregator median --attack tiny-dense   # 第 7.17 节
+  python3 code/lecture09/06_swarm_http.py --aggregator median --attack tiny-dense   # 第 8 节
   分开跑，每个一个终端 by parts, one terminal each:
   python3 code/lecture09/06_swarm_http.py --serve --port 8000 --token secret --workers 2
   python3 code/lecture09/06_swarm_http.py --worker http://127.0.0.1:8000 --worker-id 0 --token secret
@@ -146,7 +146,7 @@ def run_default(args):
         if args.aggregator != "mean" or args.attack != "none" or args.update_clip:
             capped = f"；每步 |Δw| ≤ {args.update_clip:g}" if args.update_clip else ""
             print_wrapped(f"聚合器 aggregator：{args.aggregator}（f = {args.byzantine}）{capped}；最后一个工作者发："
-                          f"{args.attack}（{WIRE_ATTACKS[args.attack]}）。第 7.17 节。")
+                          f"{args.attack}（{WIRE_ATTACKS[args.attack]}）。第 8 节。")
         if args.update == "async":
             print_wrapped(f"async：每份上传走一步，{args.steps} 轮的数据 = {server_config.total_updates} 步，"
                           f"和 sync 的 {args.steps} 步看到同样多的 batch（like for like）。")
@@ -341,12 +341,12 @@ def build_parser():
                         help="工作者遇到暂时的失败（503、429、408、连不上）时，同一个请求最多重试这么多秒，"
                              "之后停下 retry budget per request (default %(default)s)")
     parser.add_argument("--aggregator", choices=AGGREGATOR_NAMES, default=server_defaults.aggregator, metavar="NAME",
-                        help="一轮的上传怎样合成一份（§7.17）how a round's uploads combine: "
+                        help="一轮的上传怎样合成一份（§8）how a round's uploads combine: "
                              + ", ".join(AGGREGATOR_NAMES) + " (default %(default)s)")
     parser.add_argument("--byzantine", type=int_in(1, 31), default=server_defaults.byzantine, metavar="F",
                         help="聚合器假设最多几个说谎的工作者 f the aggregator is built for (default %(default)s)")
     parser.add_argument("--update-clip", type=non_negative_float, default=server_defaults.update_clip, metavar="X",
-                        help="每一步走完后把 |Δw| 裁到 X（0 = 不裁）cap each step's weight change (§7.17; default %(default)s)")
+                        help="每一步走完后把 |Δw| 裁到 X（0 = 不裁）cap each step's weight change (§8; default %(default)s)")
     parser.add_argument("--attack", choices=tuple(WIRE_ATTACKS), default="none", metavar="NAME",
                         help="默认运行：最后一个工作者发这个，不发梯度；--worker：这个工作者发它 "
                              "what the (last) worker sends instead of its gradient: " + ", ".join(WIRE_ATTACKS)

@@ -15,7 +15,7 @@ that come and go.
     (c)：两遍放在一起；(d)：(a) 和我们自己的模拟 compress/local_sgd.py 比较；
     (e)：hivemind 的压缩对应我们登记表 (registry) 里的哪一行；(f)：和代码 6 的中心服务器比较。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md §7.19
+对应讲义 (notes): lectures/lecture09_distributed_training.md §10
 
 运行 (run):
     python3 code/lecture09/10_hivemind.py                       # (a)–(f)，2 核约半分钟
@@ -41,7 +41,7 @@ COMPRESSIONS = ("none", "float16", "meanstd_16bit", "uniform_8bit", "quantile_8b
 DEFAULTS = dict(peers=4, rounds=12, inner_steps=10, compression="none", matchmaking_s=1.0, part_kb=16,
                 timeout=10.0, model_seed=0, data_seed=1, check=True)
 QUICK = dict(rounds=6, inner_steps=4)
-SIM_TOLERANCE = 1e-5      # measured here: see the notes, §7.19; the same arithmetic in another order
+SIM_TOLERANCE = 1e-5      # measured here: see the notes, §10; the same arithmetic in another order
 UNAVAILABLE = ("hivemind 没有 Windows 的 wheel（它的 libp2p 守护进程 p2pd 只为 Linux 和 macOS 编译），"
                "这台机器上跑不了代码 10；请在 WSL 里运行 (hivemind ships Linux/macOS wheels only: use WSL)")
 OUR_ROWS = {"none": "none", "float16": "fp16", "meanstd_16bit": "—", "uniform_8bit": "int8（最近的）",

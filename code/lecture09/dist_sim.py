@@ -1,6 +1,6 @@
 """A simulator for scheduling training on slow, uneven networks (lecture 9, code 5).
 
-Introduced in lecture 9, section 7 (去中心化训练 decentralized training), and imported by
+Introduced in lecture 9, section 5 (去中心化训练 decentralized training), and imported by
 05_decentralized.py. It answers one question: given GPUs scattered over regions joined
 by slow links, which GPU should hold which piece of the training job?
 

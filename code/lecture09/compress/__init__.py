@@ -1,4 +1,4 @@
-"""Sending fewer bytes per step (lecture 9, §7.6-§7.10 and §7.12-§7.16; codes 05 and 07).
+"""Sending fewer bytes per step (lecture 9, §5.6-§5.10 and §7.1-§7.5; codes 05 and 07).
 
 compression_schemes, compression   one class per scheme, error feedback, the wire format
 training        the engine one run goes through; compressed_dp runs many and pairs them

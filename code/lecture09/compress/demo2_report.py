@@ -1,6 +1,6 @@
 """Demo 2 of code 5, printed: the rows to train (TABLE_A with AdamW, TABLE_B with SGD),
 both tables row by row as results arrive, and observations worded from the paired
-differences (lecture 9, §7.6-§7.8). Imports torch (through compressed_dp).
+differences (lecture 9, §5.6-§5.8). Imports torch (through compressed_dp).
 """
 
 import math

@@ -2,7 +2,7 @@
 Seeds, TrainSetup), n simulated workers that each compute, compress and send a gradient,
 the optimizer that steps on what arrived, and the RunResult it ends with.
 
-Introduced in lecture 9 (notes §7.6-§7.8). compressed_dp runs it (and the training loops of
+Introduced in lecture 9 (notes §5.6-§5.8). compressed_dp runs it (and the training loops of
 their own: onebit_adam, local_sgd, and gloo_dp on real ranks, which build on this module)
 and pairs the results; nothing here imports those, so the engine has no import cycle.
 """
@@ -22,7 +22,7 @@ from lecture09.compress.powersgd import PowerSGD
 OPTIMIZERS = ("adamw", "sgd")
 
 # A paired difference smaller than this (bits per character) is called "about the same".
-# Measured (3 seeds x 2 precisions, notes §7.7): fp16 - none stayed within 0.001 and
+# Measured (3 seeds x 2 precisions, notes §5.7): fp16 - none stayed within 0.001 and
 # int8 - none within 0.005, while the effects the notes discuss are 0.05 or more.
 DELTA_TOLERANCE_BPC = 0.01
 
@@ -77,7 +77,7 @@ class TrainSetup:
     n_workers: int = 4
     sgd_lr: float = 0.3               # plain SGD: top-k without EF spread 0.03 over 5 seeds here; at 0.5, 0.67; 1.0 diverged
     sgd_momentum: float = 0.0         # no momentum: EF-SGD's setting. With momentum 0.9, error feedback
-                                      # hurt top-k (lr 0.1) or the run without it was unstable (lr 0.3): notes §7.7
+                                      # hurt top-k (lr 0.1) or the run without it was unstable (lr 0.3): notes §5.7
     topk_ratio: float = 0.01
     block_size: int = Options.block_size   # int8-block: entries per scale
     outer_lr: float = 0.7             # DiLoCo's outer SGD (OpenDiLoCo's values)

@@ -2,8 +2,8 @@
 
 torchft_replica is one replica group in its own process; torchft_run holds the Lighthouse,
 starts the replicas and kills and restarts one; torchft_report prints code 9's tables
-(notes §7.18, 09_torchft.py; torchft's wheel exists for Linux only). hivemind_peer,
-hivemind_run and hivemind_report do the same for code 10's DHT swarm (notes §7.19,
+(notes §9, 09_torchft.py; torchft's wheel exists for Linux only). hivemind_peer,
+hivemind_run and hivemind_report do the same for code 10's DHT swarm (notes §10,
 10_hivemind.py; no Windows wheel). reference.py holds our DiLoCo simulation, which both are
 checked against. On a platform without the engine, its script says so and exits 2.
 """

@@ -1,6 +1,6 @@
 """One hivemind peer training the tiny GPT with DiLoCo, in its own process.
 
-Introduced in lecture 9, code 10 (10_hivemind.py, notes §7.19). hivemind_run starts N of
+Introduced in lecture 9, code 10 (10_hivemind.py, notes §10). hivemind_run starts N of
 these beside a bootstrap DHT node; each reports to the parent on its own pipe:
 
     ("ready", peer, addresses)                            its DHT node is up (a late peer: none yet)

@@ -1,7 +1,7 @@
 """Code 10's tables: who averaged with whom in each round, the two runs side by side, the
 wire formats, the comparison with code 6's server, and the observations worded from them.
 
-Introduced in lecture 9, code 10 (10_hivemind.py, notes §7.19). Everything here reads a
+Introduced in lecture 9, code 10 (10_hivemind.py, notes §10). Everything here reads a
 hivemind_run.RunRecord (or plain numbers); nothing here starts a process, so the tests can
 feed it hand-made records.
 """
@@ -86,7 +86,7 @@ def late_observation(record, matchmaking_s):
     if len(alone) == len(mine):
         return (f"同伴 {peer} 加入以后的 {len(mine)} 轮一次也没凑上组：每次都晚到，别的同伴凑组只等 --matchmaking-s "
                 f"{matchmaking_s:g} s；它找不到组，就再下载一次状态、接着晚到。对照 control：只改 --matchmaking-s，"
-                "见讲义 §7.19。")
+                "见讲义 §10。")
     return f"同伴 {peer} 加入以后的 {len(mine)} 轮里有 {len(alone)} 轮没凑上组（一个人的组 a group of one）。"
 
 

@@ -1,6 +1,6 @@
 """A bootstrap DHT node and n hivemind peers on 127.0.0.1; peers that join late and leave.
 
-Introduced in lecture 9, code 10 (10_hivemind.py, notes §7.19). The parent starts the
+Introduced in lecture 9, code 10 (10_hivemind.py, notes §10). The parent starts the
 bootstrap node (the address every peer is given first) and one process per peer
 (hivemind_peer.run_peer), reads their reports on one pipe each, and plays the churn: it
 lets a late peer start when the first report of the round before arrives, SIGKILLs a

@@ -1,6 +1,6 @@
 """What both engines are checked against: our own DiLoCo simulation, and the bpc of a state.
 
-Used by code 9 (torchft, §7.18) and code 10 (hivemind, §7.19): with no failure, an engine's
+Used by code 9 (torchft, §9) and code 10 (hivemind, §10): with no failure, an engine's
 DiLoCo run and compress/local_sgd.py at the same seeds and settings should give the same
 losses at every sync, and the same validation bits per character.
 """

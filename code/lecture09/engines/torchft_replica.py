@@ -1,6 +1,6 @@
 """One torchft replica group (one gloo rank) training the tiny GPT, in its own process.
 
-Introduced in lecture 9, code 9 (09_torchft.py, notes §7.18). torchft_run starts three of
+Introduced in lecture 9, code 9 (09_torchft.py, notes §9). torchft_run starts three of
 these beside a Lighthouse and kills and restarts one of them; each reports what it saw to
 the parent on a queue, one message per committed or discarded step:
 

@@ -1,7 +1,7 @@
 """Code 9's tables: the membership timeline of a run, the runs side by side, the check
 against our own DiLoCo simulation, and the observations worded from their numbers.
 
-Introduced in lecture 9, code 9 (09_torchft.py, notes §7.18). Everything here reads a
+Introduced in lecture 9, code 9 (09_torchft.py, notes §9). Everything here reads a
 torchft_run.RunRecord (and, for the check, compress.local_sgd's RunResult); nothing here
 starts a process, so the tests can feed it hand-made records.
 """

@@ -1,6 +1,6 @@
 """A torchft Lighthouse and n replica processes on 127.0.0.1; one replica killed and restarted.
 
-Introduced in lecture 9, code 9 (09_torchft.py, notes §7.18). The parent process holds the
+Introduced in lecture 9, code 9 (09_torchft.py, notes §9). The parent process holds the
 Lighthouse (torchft's Rust quorum server) and starts one process per replica group
 (torchft_replica.run_replica). It reads their reports, kills a replica (SIGKILL: no
 clean-up, like a machine that loses power) when it reports the stated step, and starts it

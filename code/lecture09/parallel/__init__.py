@@ -1,4 +1,4 @@
-"""Splitting one training job over many devices (lecture 9, §1-§4 and §6; codes 02-04).
+"""Splitting one training job over many devices (lecture 9, §2-§4; codes 02-04).
 
 memory_model  model states, activations, FLOPs and ZeRO's per-GPU bytes, with sources
 zero          ZeRO-1 on real ranks, ours beside PyTorch's ZeroRedundancyOptimizer

@@ -45,7 +45,7 @@ def observations(setup, r, out=print_wrapped):
         ring = 2 * (W - 1) * n_bytes / W
         calls = d["calls"]
         out(f" 2. 每步都要 all-reduce {n_bytes:,} 字节的梯度；环形算法里每个进程发出 2(W−1)/W·n = {ring:,.0f} 字节"
-            + ("（第 5 节；只有 1 个进程，没有谁可以交换，all-reduce 什么也不传）。" if W == 1 else "（第 5 节）。")
+            + ("（第 1 节；只有 1 个进程，没有谁可以交换，all-reduce 什么也不传）。" if W == 1 else "（第 1 节）。")
             + f"朴素写法要 {calls['naive']} 次 all-reduce，每次付一次延迟 α；拼平只要 {calls['flat']} 次；"
             + (f"分桶 {calls['bucketed']} 次，在反向计算的同时进行（上面的时间线）。" if calls["bucketed"] > 1 else
                "分桶这次只有 1 个桶（--bucket-kb 不小于整个梯度），要等反向全部算完才发：和拼平一样，没有重叠。"))
@@ -70,5 +70,5 @@ def observations(setup, r, out=print_wrapped):
                f"PowerSGD（秩 {setup.powersgd_rank}）这次一个矩阵也没压：秩这么大，P、Q 比矩阵本身的一半还大，"
                f"钩子就原样发，每步 {f['powersgd']['bytes']:,} 字节，和不压缩一样；bits/字符的差 ")
             + f"{signed(f['powersgd']['bpc'] - f['none']['bpc'])}（{setup.hook_steps} 步，一组种子）。"
-            "PowerSGD 默认带误差反馈（error feedback，第 7.6 节）；差距随秩和步数怎样变，"
+            "PowerSGD 默认带误差反馈（error feedback，第 5.6 节）；差距随秩和步数怎样变，"
             "用 --powersgd-rank 和 --hook-steps 试试（练习）。")

@@ -1,6 +1,6 @@
 """How much memory and how many FLOPs training a transformer takes (lecture 9, code 3).
 
-Introduced in lecture 9, section 1 (为什么要分布式训练 why distributed training) and
+Introduced in lecture 9, section 3 (为什么要分布式训练 why distributed training) and
 imported by 03_memory_zero.py, 04_pipeline.py and parallel_plan.py. Pure arithmetic:
 every figure is the same on every machine.
 
@@ -9,17 +9,17 @@ Formulas and where they come from:
 - Model states in mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", §3.1): fp16
   weights 2Ψ and gradients 2Ψ bytes, plus K·Ψ bytes of optimizer state, K = 12 (fp32
   master weights, first and second moment, 4 bytes each): (2 + 2 + K)·Ψ = 16Ψ bytes.
-- ZeRO on N_d data-parallel GPUs (same paper, Figure 1 and §5):
+- ZeRO on N_d data-parallel GPUs (same paper, Figure 1 and §1):
       stage 0 (plain DP)            (2 + 2 + K)·Ψ
       stage 1, P_os  (optimizer)     2Ψ + 2Ψ + K·Ψ / N_d
       stage 2, P_os+g (+ gradients)  2Ψ + (2 + K)·Ψ / N_d
       stage 3, P_os+g+p (+ weights)  (2 + 2 + K)·Ψ / N_d
-  Communication per GPU per step (§7): stages 0-2 move 2Ψ elements (a reduce-scatter and
+  Communication per GPU per step (§5): stages 0-2 move 2Ψ elements (a reduce-scatter and
   an all-gather of Ψ each, i.e. what one all-reduce moves); stage 3 moves 3Ψ (the
   weights are all-gathered once for the forward and once more for the backward).
 - Activations of one transformer layer, 16-bit, micro-batch b, sequence s, hidden h,
   a heads, tensor-parallel size t (Korthikanti et al. 2022, "Reducing Activation
-  Recomputation in Large Transformer Models", Eq. 1-2 and §5):
+  Recomputation in Large Transformer Models", Eq. 1-2 and §1):
       no recomputation            s·b·h·(34 + 5·a·s/h)              bytes  (t = 1)
                                   s·b·h·(10 + 24/t + 5·a·s/(h·t))    bytes  (tensor parallel)
       selective recomputation     s·b·h·(10 + 24/t)                 (recompute the attention
@@ -119,7 +119,7 @@ def zero_bytes_per_gpu(n_params, n_gpus, stage, k=ADAM_K):
 
 
 def zero_comm_elements(n_params, stage):
-    """Elements each GPU moves per step (ZeRO §7): 2Ψ for stages 0-2, 3Ψ for stage 3."""
+    """Elements each GPU moves per step (ZeRO §5): 2Ψ for stages 0-2, 3Ψ for stage 3."""
     if stage not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage must be one of {ZERO_STAGES}, got {stage!r}")
     return (3 if stage == 3 else 2) * n_params

@@ -1,6 +1,6 @@
 """A small 3D-parallelism planner: data × pipeline × tensor parallel (lecture 9, code 4).
 
-Introduced in lecture 9, section 6 (混合并行 hybrid parallelism); imported by
+Introduced in lecture 9, section 4.12 (混合并行 hybrid parallelism); imported by
 04_pipeline.py and tests/test_pipeline.py. For a model (memory_model.MODELS) and a
 cluster of N = DP × PP × TP GPUs it estimates, per GPU and per iteration:
 
@@ -8,7 +8,7 @@ cluster of N = DP × PP × TP GPUs it estimates, per GPU and per iteration:
   GPU, ZeRO stage 1 across the DP group by default) plus the activations stage 0 holds
   under 1F1B: min(PP, m) micro-batches of L/PP layers (Korthikanti et al. 2022);
 - bubble: (PP − 1)/(m + PP − 1), m = global batch / (DP × micro-batch) (pipeline.py);
-- communication, priced with the α–β model (alpha_beta.py, §5):
+- communication, priced with the α–β model (alpha_beta.py, §1):
   TP  4 ring all-reduces of b·s·h fp16 values per layer per micro-batch (2 forward,
       2 backward; 6 with full recomputation, which redoes the forward), over NVLink when
       the TP group fits in one machine, else over InfiniBand;

@@ -1,7 +1,7 @@
 """Pipeline parallelism: schedules, their bubble and memory, and a real pipeline on gloo
 (lecture 9, code 4).
 
-Introduced in lecture 9, section 3 (流水线并行 pipeline parallelism); imported by
+Introduced in lecture 9, section 4 (流水线并行 pipeline parallelism); imported by
 04_pipeline.py, parallel_plan.py and tests/test_pipeline.py.
 
 The model is cut into p stages, one per rank; a batch is cut into m micro-batches.

@@ -1,7 +1,7 @@
 """Tensor parallelism: a linear layer split across gloo ranks (lecture 9, code 4).
 
-Introduced in lecture 9, section 4 (张量并行 tensor parallelism); imported by
-04_pipeline.py and tests/test_pipeline.py. After Megatron-LM (Shoeybi et al. 2019, §3):
+Introduced in lecture 9, section 4.8 (张量并行 tensor parallelism); imported by
+04_pipeline.py and tests/test_pipeline.py. After Megatron-LM (Shoeybi et al. 2019, §4):
 
 - column-parallel linear: W (out, in) is cut by rows, so rank r computes output features
   r·out/t .. (r+1)·out/t of Y = X Wᵀ + b from the whole input. Backward: each rank has

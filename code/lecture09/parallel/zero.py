@@ -1,6 +1,6 @@
 """ZeRO-1 for real: AdamW whose optimizer states are split across gloo ranks (lecture 9, code 3).
 
-Introduced in lecture 9, section 1 (notes §1, ZeRO); imported by 03_memory_zero.py and
+Introduced in lecture 9, section 3 (notes §3, ZeRO); imported by 03_memory_zero.py and
 tests/test_memory_zero.py. The rank workers live here, not in the script, because the
 "spawn" start method pickles a worker by its module name (gloo_ranks.run_ranks).
 

@@ -1,4 +1,4 @@
-"""Code 3's demos on the tiny GPT (lecture 9, §1.5-§1.6): its real bytes counted against
+"""Code 3's demos on the tiny GPT (lecture 9, §3.5-§3.6): its real bytes counted against
 memory_model's formula (demo 3), and ZeRO-1 on real gloo ranks, ours and PyTorch's, against
 plain AdamW (demo 4), with observations worded from the run. torch is imported inside.
 """

@@ -1,7 +1,7 @@
 """The α–β model of communication time (延迟–带宽模型 latency–bandwidth model).
 
-Introduced in lecture 9 §5 (code 1, 01_collectives.py). One formula prices every message
-in this lecture: dist_sim (§7, code 5) prices each link of Yuan et al.'s cost model with
+Introduced in lecture 9 §1 (code 1, 01_collectives.py). One formula prices every message
+in this lecture: dist_sim (§5, code 5) prices each link of Yuan et al.'s cost model with
 the same `alpha_beta_time_s`, and 01_collectives.py and 02_data_parallel.py price
 collectives with it.
 
@@ -99,7 +99,7 @@ def collective_time_s(collective, algorithm, n_bytes, p, latency_s, bandwidth_by
 
 
 def ring_all_reduce_time_s(n_bytes, p, latency_s, bandwidth_bytes_per_s):
-    """2(p−1)·α + 2(p−1)/p · n/β (Patarasuk & Yuan 2009): the formula §5 and §2 quote."""
+    """2(p−1)·α + 2(p−1)/p · n/β (Patarasuk & Yuan 2009): the formula §1 and §2 quote."""
     return collective_time_s("all-reduce", "ring", n_bytes, p, latency_s, bandwidth_bytes_per_s)
 
 

@@ -1,4 +1,4 @@
-"""Collectives built from point-to-point messages: naive, tree and ring (lecture 9 §5).
+"""Collectives built from point-to-point messages: naive, tree and ring (lecture 9 §1).
 
 Introduced in lecture 9, code 1 (01_collectives.py), which imports this module: a
 numbered script cannot be imported, and the worker functions that gloo_ranks runs on

@@ -1,4 +1,4 @@
-"""Code 1's demo 5 (lecture 9, §5.4): the collectives on real gloo ranks, timed against
+"""Code 1's demo 5 (lecture 9, §1.4): the collectives on real gloo ranks, timed against
 torch.distributed.all_reduce, and α and β fitted to the measured times. torch is imported
 inside the ranks' worker (collectives.timing_worker).
 """

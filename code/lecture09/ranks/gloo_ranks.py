@@ -1,6 +1,6 @@
 """Run a function on real torch.distributed ranks, gloo on CPU, launched one of two ways.
 
-Introduced in lecture 9, code 1 (01_collectives.py, notes §5); every lecture-9 script and
+Introduced in lecture 9, code 1 (01_collectives.py, notes §1); every lecture-9 script and
 test that needs real ranks imports it, so all of them start, time out and clean up the
 same way.
 

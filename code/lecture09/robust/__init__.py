@@ -1,4 +1,4 @@
-"""Workers that lie (lecture 9, §7.17; code 08): how a receiver combines n uploads when up
+"""Workers that lie (lecture 9, §8; code 08): how a receiver combines n uploads when up
 to f of them may be anything, and what the liars send.
 
 aggregators   mean, coordinate-wise median, trimmed mean, Krum, multi-Krum, centered

@@ -1,5 +1,5 @@
 """Robust aggregators: how a receiver turns n workers' gradients into one, when up to f of
-the workers may lie (lecture 9, notes §7.17; code 08 runs them, code 6's server too).
+the workers may lie (lecture 9, notes §8; code 08 runs them, code 6's server too).
 
 One class each, one registry row each, like the compression schemes. An aggregator is
 called on a list of n flat float32 vectors (d,) and returns one (d,) vector:
@@ -198,7 +198,7 @@ def clip_update(before, after, cap):
     """The weights after a step whose change after - before (flat (d,) vectors) is cut to L2
     norm `cap` if it is longer (the norm in float64): a bound on how far one step moves the
     weights, whatever the optimizer did with the gradient. It bounds the size, not the
-    direction; code 8's table (1) measures what that leaves a liar (notes §7.17)."""
+    direction; code 8's table (1) measures what that leaves a liar (notes §8)."""
     delta = after - before
     norm = float(delta.double().norm())
     return before + delta * (cap / norm) if norm > cap else after

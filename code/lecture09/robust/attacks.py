@@ -1,4 +1,4 @@
-"""Attacks: what f lying workers send instead of their gradients (lecture 9, notes §7.17;
+"""Attacks: what f lying workers send instead of their gradients (lecture 9, notes §8;
 code 08 in simulation, code 6's `--attack` on the wire).
 
 The liars here are omniscient, as in the papers: each round they see the honest workers'

@@ -1,6 +1,6 @@
 """Demo 1 of code 5, in words: observations whose every number and comparison comes from
 the run's own figures (a demo1_tables.Demo1Result), with their conditions explicit (a
-layout that does not fit, a search that reached the optimum or not). Lecture 9, §7.5.
+layout that does not fit, a search that reached the optimum or not). Lecture 9, §5.5.
 """
 
 import statistics

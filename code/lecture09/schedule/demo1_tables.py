@@ -1,5 +1,5 @@
 """Demo 1 of code 5, printed: the job and its network, the results table, the anatomy of
-the searches, the second instance and the end-to-end iteration (lecture 9, §7.2-§7.5).
+the searches, the second instance and the end-to-end iteration (lecture 9, §5.2-§5.5).
 
 run_demo1 makes the searches (schedule_study) and prints every table; the observations
 that read these tables are in demo1_observations.py. Pure arithmetic: no torch.

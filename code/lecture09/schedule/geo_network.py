@@ -1,5 +1,5 @@
 """Networks of devices in regions: built from tables, drawn at random, or a measured preset
-(lecture 9, §7.2; used by layout_cost, layout_search and layout_optimum).
+(lecture 9, §5.2; used by layout_cost, layout_search and layout_optimum).
 
 A network is a dict (the draft reads `net["region"][device]`) of per-device link tables
 (bandwidth bit/s, latency s) and the region of every device. `make_network` draws the

@@ -1,5 +1,5 @@
 """Layouts made by hand or at random, and what a layout keeps inside a region
-(lecture 9, §7.3): random_assignment, the two hand layouts, count matrices, statistics.
+(lecture 9, §5.3): random_assignment, the two hand layouts, count matrices, statistics.
 """
 
 import itertools

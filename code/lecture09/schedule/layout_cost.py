@@ -1,4 +1,4 @@
-"""The communication cost of one layout: Yuan et al. 2022, Eq. 1-4 (lecture 9, §7.2).
+"""The communication cost of one layout: Yuan et al. 2022, Eq. 1-4 (lecture 9, §5.2).
 
 The job is D_PP pipeline stages (流水线并行 pipeline parallelism) x D_DP replicas
 (数据并行 data parallelism): the tasklet (stage s, replica r) runs on one device. The cost
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lecture09.ranks.alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §5's collectives
+from lecture09.ranks.alpha_beta import alpha_beta_time_s   # the one α–β formula, shared with §1's collectives
 from lecture09.schedule.geo_network import Network
 
 PS_PER_S = 10**12   # evaluator time unit: picoseconds, kept as exact Python ints
@@ -38,7 +38,7 @@ def _cost_tables(net, n_replicas, stage_param_bytes, act_bytes, n_micro_batches=
     """Per-device-pair link costs in ps: (dp_rows, pp_rows), nested lists of ints.
 
     dp_rows[d][e] = 2 * (latency + c_DP / (D_DP * bandwidth)) (Eq. 2's term; each bracket is
-    alpha_beta.alpha_beta_time_s, the α–β formula of §5),
+    alpha_beta.alpha_beta_time_s, the α–β formula of §1),
     pp_rows[d][e] = 2 * n_micro_batches * (latency + c_PP / (n_micro_batches * bandwidth)):
     Eq. 3-4's term when the replica's batch crosses the cut as M micro-batches, each one
     message paying the latency once (M = 1 is the paper's formula); diagonals are 0.

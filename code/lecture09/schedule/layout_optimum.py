@@ -1,5 +1,5 @@
 """The proven optimum of a region-uniform network, by branch and bound over count
-matrices (lecture 9, §7.4). On a network that is not region-uniform, a lower bound.
+matrices (lecture 9, §5.4). On a network that is not region-uniform, a lower bound.
 """
 
 import itertools

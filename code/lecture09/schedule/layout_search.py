@@ -1,5 +1,5 @@
 """Searching for a good layout: local search (strict or sideways) and Yuan et al.'s hybrid
-genetic algorithm (lecture 9, §7.3). Naive first, better second (STYLE habit 4).
+genetic algorithm (lecture 9, §5.3). Naive first, better second (STYLE habit 4).
 
 Both move devices between the slots of a layout and price each move with
 layout_cost.LayoutCost's incremental swap evaluator.

@@ -1,5 +1,5 @@
 """Hardware and network figures with their sources, and the measured AWS link tables
-(lecture 9, §5 and §7; STYLE habit 7: every figure says where it comes from).
+(lecture 9, §1 and §5; STYLE habit 7: every figure says where it comes from).
 
 One table of figures (FIGURES) that code 1 (collectives), code 5 (decentralized training)
 and memory_model read instead of retyping; and one row per network preset

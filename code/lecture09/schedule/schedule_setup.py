@@ -1,5 +1,5 @@
 """Demo 1's job and network: the 1.3B model split 4 stages x 8 replicas over 32 GPUs in
-4 regions (Yuan et al. 2022's setting, lecture 9 §7.1-7.5), and the networks built from it.
+4 regions (Yuan et al. 2022's setting, lecture 9 §5.1-5.5), and the networks built from it.
 
 Code 5's demo 1 schedules this job; code 7's table (d) prices its compressed rows on the
 same job, network and cost model (micro-batches and the GPipe bubble included), so both
@@ -66,7 +66,7 @@ class ScheduleSetup:
 
     @property
     def bubble_fraction(self):
-        """GPipe's idle fraction (P - 1) / (M + P - 1) (§3.3): P stages, M micro-batches."""
+        """GPipe's idle fraction (P - 1) / (M + P - 1) (§4.3): P stages, M micro-batches."""
         return (self.n_stages - 1) / (self.n_micro_batches + self.n_stages - 1)
 
     @property

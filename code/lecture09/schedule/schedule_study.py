@@ -1,5 +1,5 @@
-"""Demo 1's study of one scheduling instance: every method of §7.3 on one job and one
-network, with the proven optimum beside them (lecture 9, §7.3-7.5; used by code 5).
+"""Demo 1's study of one scheduling instance: every method of §5.3 on one job and one
+network, with the proven optimum beside them (lecture 9, §5.3-5.5; used by code 5).
 
 An instance is the job (D_PP stages x D_DP replicas, one global batch, M micro-batches)
 on one network. `study_instance` runs, in this order: random layouts, the two hand
@@ -99,7 +99,7 @@ def _best_of(runs):
 
 
 def study_instance(setup, net, global_batch, step=lambda text: None):
-    """Every method of §7.3 on one instance; `setup` gives the job and the budgets (a
+    """Every method of §5.3 on one instance; `setup` gives the job and the budgets (a
     schedule_setup.ScheduleSetup), `step(text)` reports progress (stderr in code 5)."""
     act_bytes = setup.act_bytes_at(global_batch)
     cost = LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,

@@ -1,5 +1,5 @@
 """One measured round: how far one liar moves the weights, in units of one honest worker
-(lecture 9, notes §7.17; code 08's table (1)).
+(lecture 9, notes §8; code 08's table (1)).
 
 Train `warm_steps` honest rounds (mean of n workers' compressed gradients, AdamW: the
 swarm's setting; lr schedule and data order those of a training run), then take the next

@@ -1,7 +1,7 @@
 """The one table of bad uploads (lecture 9, code 6): each a request a broken or hostile
 client might send, the refusal code the server must answer with, and how to send it.
 
-Introduced in lecture 9, §7.11. 06_swarm_http.py's table (2) sends every row to a fresh
+Introduced in lecture 9, §6. 06_swarm_http.py's table (2) sends every row to a fresh
 server; tests/test_swarm_http.py sends each to its own server and then checks a valid
 round. To add a check to the server: a function in swarm_protocol.py, a code in its
 REFUSALS, and one row here (the demo and the tests then cover it).

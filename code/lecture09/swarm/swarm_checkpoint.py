@@ -1,7 +1,7 @@
 """The parameter server's checkpoints (lecture 9, code 6): everything needed to go on after
 a crash or a restart, written so that a crash mid-write never leaves a bad file behind.
 
-Introduced in lecture 9, §7.11 ("失败是常态 failures are the normal case").
+Introduced in lecture 9, §6 ("失败是常态 failures are the normal case").
 
 A checkpoint holds the weights, the AdamW state, the version (= steps taken), the round
 in progress (uploads accepted but not yet stepped), the per-step losses and the counts,

@@ -1,4 +1,4 @@
-"""The value types of code 6's flags (lecture 9, §7.11): each refuses a bad value at parse
+"""The value types of code 6's flags (lecture 9, §6): each refuses a bad value at parse
 time with one line (argparse turns the ArgumentTypeError into exit status 2). No torch at
 import: --help answers at once; the compression modes are looked up when a value is parsed.
 """

@@ -1,6 +1,6 @@
 """The swarm's HTTP layer (lecture 9, code 6): bytes on the socket <-> ParameterServer.
 
-Introduced in lecture 9, §7.11. The handler makes the checks swarm_protocol.py lists, in
+Introduced in lecture 9, §6. The handler makes the checks swarm_protocol.py lists, in
 its order, and bounds what one client can hold: a deadline on the whole request (408),
 a cap on open connections (503) and on waiting long polls, a listen backlog of
 config.listen_backlog. It counts every byte it reads and writes, HTTP headers included,

@@ -1,4 +1,4 @@
-"""Code 6's table (3): peers that come and go (lecture 9, §7.11, "失败是常态 failures are
+"""Code 6's table (3): peers that come and go (lecture 9, §6, "失败是常态 failures are
 the normal case"). One synchronous swarm starts with the default run's workers; at one
 version a worker process is killed with SIGKILL (a crash: no goodbye), at a later one a
 new worker joins; training goes on to the end. Printed: the membership timeline the

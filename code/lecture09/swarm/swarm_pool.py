@@ -1,7 +1,7 @@
 """The default run's pool of worker processes (lecture 9, code 6), kept across its
 compression modes: each job is exactly `swarm_worker.Worker(...).run()`.
 
-Introduced in lecture 9, §7.11.
+Introduced in lecture 9, §6.
 """
 
 import signal

@@ -1,7 +1,7 @@
 """The swarm's protocol (lecture 9, code 6): its settings, its refusals, and every check
 the parameter server makes on a request, in the order it makes them.
 
-Introduced in lecture 9, §7.11. Imported by 06_swarm_http.py before torch is loaded, so
+Introduced in lecture 9, §6. Imported by 06_swarm_http.py before torch is loaded, so
 nothing here imports torch at module level (the payload check imports it when called).
 
     order  check (function here)                                      refusal
@@ -124,7 +124,7 @@ class WorkerConfig:
     attack: str = "none"             # WIRE_ATTACKS: what this worker sends instead of its gradient
 
 
-# What one swarm worker can send instead of its gradient (§7.17). It sees only its own
+# What one swarm worker can send instead of its gradient (§8). It sees only its own
 # gradient, so the attacks that need the honest uploads (robust.attacks' alie) are not here;
 # ipm uses its own gradient in place of the honest mean. Dense attacks travel as mode none.
 WIRE_ATTACKS = {"none": "its honest gradient", "sign-flip": "minus its gradient",
@@ -282,7 +282,7 @@ def check_length(headers, cap_bytes):
 
 def new_worker_tokens(n_workers):
     """((worker id, token), ...) for workers 0..n-1, each a fresh random secret: the default
-    run's, so that no worker can upload as another (§7.17: replay under another id)."""
+    run's, so that no worker can upload as another (§8: replay under another id)."""
     import secrets
     return tuple((str(worker), secrets.token_urlsafe(16)) for worker in range(n_workers))
 

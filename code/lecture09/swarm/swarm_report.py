@@ -1,6 +1,6 @@
 """Code 6's default run, measured and printed: one swarm per compression mode (run_swarm),
 the traffic and wire tables, a modelled step over a home link, the server's refusals of
-bad and hostile requests, and observations worded from those numbers (lecture 9, §7.11).
+bad and hostile requests, and observations worded from those numbers (lecture 9, §6).
 
 torch and the modules built on it are imported inside the functions that need them, so
 importing this module (what the script's --help does) loads no torch.
@@ -71,7 +71,7 @@ class SwarmResult:
 
 def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"):
     """Train once with one server and len(pool) worker processes; returns a SwarmResult.
-    liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §7.17)."""
+    liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §8)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
     start_s = time.perf_counter()

@@ -1,7 +1,7 @@
 """Code 6's parameter server run alone (06_swarm_http.py --serve): it prints its URL and
 the workers' command line, reports progress, and on SIGTERM or Ctrl-C stops gracefully.
 
-Introduced in lecture 9, §7.11 ("失败是常态 failures are the normal case"). Stopping: no new
+Introduced in lecture 9, §6 ("失败是常态 failures are the normal case"). Stopping: no new
 connection is accepted, requests in flight finish (swarm_http.STOP_DRAIN_S at most), a
 checkpoint of everything is written (swarm_checkpoint.py), and the status is 0.
 """

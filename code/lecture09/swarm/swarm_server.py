@@ -2,7 +2,7 @@
 buffer, and the fate of every upload. No HTTP here (swarm_http.py carries the bytes),
 so tests can call it directly.
 
-Introduced in lecture 9, §7.11. The checks it runs are the ones swarm_protocol.py lists.
+Introduced in lecture 9, §6. The checks it runs are the ones swarm_protocol.py lists.
 """
 
 import math

@@ -2,7 +2,7 @@
 batch, upload it compressed with error feedback (the default run's processes that run
 workers: swarm_pool.py).
 
-Introduced in lecture 9, §7.11. After a refusal the worker reads the answer's `code`
+Introduced in lecture 9, §6. After a refusal the worker reads the answer's `code`
 (swarm_protocol.REFUSALS) to decide: re-pull, wait for the next round, or stop.
 """
 
@@ -115,7 +115,7 @@ class Worker:
     payload to the error-feedback memory and POSTs it. On 200 the new residual is
     committed; on any refusal it is rolled back, because nothing reached the server.
     Batches come from this worker's own generator, seeded by (data_seed, worker_id).
-    The forward runs in fp32 (code 5's demo 2 uses bf16 where the CPU has it; §7.11).
+    The forward runs in fp32 (code 5's demo 2 uses bf16 where the CPU has it; §6).
     Compute time is process CPU time of forward + backward, so workers that share
     cores do not inflate each other's figure.
     """
@@ -208,7 +208,7 @@ class Worker:
 
     def what_to_send(self, grads):
         """(payload, body bytes, mode): the honest compressed gradient through error feedback,
-        or what config.attack sends instead (swarm_protocol.WIRE_ATTACKS; §7.17)."""
+        or what config.attack sends instead (swarm_protocol.WIRE_ATTACKS; §8)."""
         attack, mode = self.config.attack, self.config.compression
         if attack in ("sign-flip", "ipm"):
             factor = -1.0 if attack == "sign-flip" else -0.1
