@@ -14,6 +14,8 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     演示 4（demo 4）：α–β 模型下时间随消息大小怎样变：小消息受延迟限制（latency-bound），大消息受带宽限制。
     演示 5（demo 5）：在本机回环网络（loopback）上起 p = 2…4 个真的 gloo 进程，运行同样的消息序列，
       和 torch.distributed.all_reduce 对比计时，用最小二乘拟合 α 和 β，列出模型和实测不一致的地方。
+    演示 6（demo 6）：all-to-all（每人给每人不同的一块，MoE 分发 token 用的就是它）：成对交换和经根两种写法，
+      字节、轮数和 α–β 时间，和环形 all-reduce 并列；在真的 gloo 进程上和 torch.distributed.all_to_all_single 对照。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 1 节（第 2 节和第 5 节引用它）
 
@@ -44,7 +46,7 @@ from lecture09.ranks import alpha_beta
 from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
-from lecture09.ranks.collectives_report import run_demo5
+from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
 from lecture01.cli_args import Parser, run_main, int_in, positive_float
 from lecture01.console import print_header, print_table, print_wrapped
 
@@ -290,6 +292,8 @@ def observations(setup, real, r, out=print_wrapped):
             + "；".join(comparisons) + "。α–β 模型假设每个工作者有自己的一条全双工链路；在回环上所有\"链路\""
             "共用同样的 CPU 和内存带宽，环形每轮所有人同时发、同时收（还要做加法），并不能真的同时进行；"
             "进程比核多时（4 个进程、2 个核）还要排队。模型在这里给的是量级，不是精确时间。")
+    if "demo6" in r:
+        out(" 5. " + demo6_observation(r["demo6"]["figures"]))
 
 
 # =============================================================================
@@ -300,22 +304,22 @@ def parse_args(argv=None):
     m, real = ModelSetup(), RealSetup()
     p = Parser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
-                   help="演示 2-3 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")
+                   help="演示 2、3、6 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")
     p.add_argument("--latency-us", type=positive_float, default=m.latency_s * 1e6,
-                   help="演示 2-4 的 α：一条消息的延迟 latency per message, µs (default %(default)g)")
+                   help="演示 2-4、6 的 α：一条消息的延迟 latency per message, µs (default %(default)g)")
     p.add_argument("--bandwidth-gbps", type=positive_float, default=m.bandwidth_gbps,
-                   help="演示 2-4 的 β：带宽 Gbit/s (default %(default)g)")
+                   help="演示 2-4、6 的 β：带宽 Gbit/s (default %(default)g)")
     p.add_argument("--p", type=int_in(2, 1024), default=m.size_table_p, dest="size_table_p",
                    help="演示 2、4 的工作者数 workers p (default %(default)s)")
     p.add_argument("--real-p", type=int_in(2, 8), default=max(real.world_sizes),
-                   help="演示 5 最多起几个 gloo 进程，p = 2..REAL_P (default %(default)s)")
+                   help="演示 5、6 最多起几个 gloo 进程，p = 2..REAL_P (default %(default)s)")
     p.add_argument("--repeats", type=int_in(1, 100), default=real.repeats,
                    help="演示 5 每个点重复几次取中位数 repeats per point (default %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=real.timeout_s,
-                   help="演示 5 的进程最多运行几秒，超时全部停止 timeout, s (default %(default)g)")
+                   help="演示 5、6 的进程最多运行几秒，超时全部停止 timeout, s (default %(default)g)")
     args = p.parse_args(argv)
     model = replace(m, latency_s=args.latency_us / 1e6, bandwidth_gbps=args.bandwidth_gbps,
                     size_table_p=args.size_table_p)
@@ -353,6 +357,9 @@ def main(argv=None):
         print()
     if wanted("5"):
         results["demo5"] = run_demo5(real)
+    if wanted("6"):
+        print()
+        results["demo6"] = run_demo6(model, real)
     if args.demo == "all":
         observations(model, real, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
