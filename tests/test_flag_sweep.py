@@ -29,6 +29,10 @@ SWEEPS = {
         ["--demo", "4", "--plan-model", "1.3B", "--plan-gpus", "1"], ["--demo", "4", "--global-batch", "256"],
         ["--demo", "4", "--zero-stage", "0", "--recompute", "none"], ["--demo", "4", "--zero-stage", "3", "--recompute", "full"],
         ["--demo", "4", "--plan-model", "175B", "--plan-gpus", "8"],
+        ["--demo", "5", "--quick", "--stages", "1", "--micro-batches", "1"],
+        ["--demo", "5", "--quick", "--stages", "16", "--micro-batches", "64", "--virtual-stages", "4"],
+        ["--demo", "5", "--quick", "--stages", "3", "--micro-batches", "2", "--virtual-stages", "1"],
+        ["--demo", "5", "--quick", "--pipe-ranks", "3", "--pipe-micro-batches", "4"],
     ],
     "05_decentralized.py": [
         ["--demo", "1", "--quick", "--micro-batches", "1"], ["--demo", "1", "--quick", "--micro-batches", "64", "--second-batch", "0"],

@@ -17,6 +17,8 @@ parallelism (3D parallelism).
       （输出、输入梯度、权重梯度、偏置梯度）；每层要传多少、为什么张量并行只放在一台机器里。
     演示 4（demo 4）：3D 并行的小规划器：给定模型和集群，几种 (DP, PP, TP) 组合的每卡显存、气泡、
       每次迭代的通信（α–β 模型）和时间。
+    演示 5（demo 5）：比 1F1B 更少的气泡：交错 1F1B（每张卡 v 段，Narayanan et al. 2021）和零气泡 ZB-H1
+      （反向拆成 B 和 W，Qi et al. 2024）：时间线、气泡和激活对论文的公式，再在真实 gloo 进程上和不切开的模型比。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 4 节
 
@@ -25,13 +27,14 @@ parallelism (3D parallelism).
     python3 code/lecture09/04_pipeline.py --demo 1 --stages 4 --micro-batches 4 --t-backward 2
     python3 code/lecture09/04_pipeline.py --demo 2 --pipe-ranks 2
     python3 code/lecture09/04_pipeline.py --demo 4 --plan-model 7B --plan-gpus 64 --global-batch 512
+    python3 code/lecture09/04_pipeline.py --demo 5 --virtual-stages 4
     python3 code/lecture09/04_pipeline.py --quick         # 很小的设置（测试用）
     python3 code/lecture09/04_pipeline.py --help
 
 演示 1、3 的流量表、4 是纯算术，在任何机器上逐位相同；演示 2、3 的"最大差"是浮点舍入，随 CPU 变，都在容差以内。
 GB 指 10^9 字节。用时（elapsed）打印到 stderr。
-需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（演示 1-3）、plan_report.py（演示 4）、pipeline.py、
-tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
+需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（演示 1-3）、plan_report.py（演示 4）、
+pipeline_beyond_report.py（演示 5）、pipeline.py、pipeline_schedules.py、pipeline_real.py、tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
 
@@ -50,6 +53,7 @@ from lecture09.parallel.pipeline_report import (  # noqa: F401  (no torch at imp
     GRAD_ATOL, TP_ATOL, demo1_observations, demo2_observations, demo3_observations,
     run_demo1, run_demo2, run_demo3, tp_traffic)
 from lecture09.parallel.plan_report import demo4_observations, run_demo4
+from lecture09.parallel.pipeline_beyond_report import demo5_observations, run_demo5
 from lecture01.cli_args import Parser, run_main, int_in, non_negative_int, positive_int
 
 
@@ -93,6 +97,21 @@ class PlanSetup:
     candidates: tuple = ((1, 1), (1, 8), (2, 8), (8, 8), (16, 8), (32, 1), (8, 16))   # (PP, TP) pairs to show
 
 
+@dataclass(frozen=True)
+class BeyondSetup:
+    """Demo 5: interleaved 1F1B and ZB-H1 (p and m are demo 1's --stages, --micro-batches)."""
+    n_stages: int = 4
+    n_micro: int = 8
+    n_virtual: int = 2                 # v: model chunks per rank in interleaved 1F1B
+    t_forward: int = 1                 # T_F, T_B, T_W: the zero-bubble paper's setting T_F = T_B = T_W
+    t_b: int = 1
+    t_w: int = 1
+    table_stages: tuple = (2, 4, 8)
+    table_micro: tuple = (8, 16, 32, 64)   # multiples of every p: interleaving needs m divisible by p
+    max_blocks: int = 3                # a timeline folded into more blocks than this is not drawn
+
+
+QUICK_BEYOND = dict(table_stages=(2, 4), table_micro=(4, 8))
 QUICK_REAL = dict(pipe_ranks=2, pipe_micro=4, batch_size=4)   # m > p: GPipe and 1F1B hold different counts
 QUICK_SCHEDULE = dict(table_stages=(1, 2, 4), table_micro=(1, 4, 8))
 MAX_PIPE_RANKS = 4                     # 2 shared cores; and the 2-block model has 4 pieces to cut
@@ -127,7 +146,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")
@@ -154,29 +173,34 @@ def parse_args(argv=None):
                     help="激活重算 activation recomputation (default %(default)s)")
     g4.add_argument("--zero-stage", type=int_in(0, 3), default=pl.zero_stage,
                     help="数据并行组里的 ZeRO 阶段 (default %(default)s)")
+    g5 = p.add_argument_group("演示 5 demo 5（也用 --stages、--micro-batches 和演示 2 的真实进程参数）")
+    g5.add_argument("--virtual-stages", type=int_in(1, 4), default=BeyondSetup.n_virtual,
+                    help="交错 1F1B 每张卡放几段 v, 1-4 model chunks per rank (default %(default)s)")
     args = p.parse_args(argv)
     schedule = replace(s, n_stages=args.stages, n_micro=args.micro_batches, t_backward=args.t_backward)
     real = replace(r, pipe_ranks=args.pipe_ranks, pipe_micro=args.pipe_micro_batches, batch_size=args.batch_size,
                    model_seed=args.model_seed, data_seed=args.data_seed, tp_ranks=args.tp_ranks, tp_size=args.tp_size)
     plan = replace(pl, model=args.plan_model, n_gpus=args.plan_gpus, global_batch=args.global_batch,
                    recompute=args.recompute, zero_stage=args.zero_stage)
+    beyond = BeyondSetup(n_stages=args.stages, n_micro=args.micro_batches, n_virtual=args.virtual_stages)
     if args.quick:
         real = replace(real, **QUICK_REAL)
         schedule = replace(schedule, **QUICK_SCHEDULE)
+        beyond = replace(beyond, **QUICK_BEYOND)
     if real.batch_size % real.pipe_micro:
         p.error(f"--batch-size {real.batch_size} 不能被 --pipe-micro-batches {real.pipe_micro} 整除 (must be divisible)")
-    return args, schedule, real, plan
+    return args, schedule, real, plan, beyond
 
 
 def main(argv=None):
-    args, schedule, real, plan = parse_args(argv)
+    args, schedule, real, plan, beyond = parse_args(argv)
     started = time.perf_counter()
     results = {}
     if args.demo in ("1", "all"):
         results["demo1"] = run_demo1(schedule)
         demo1_observations(schedule, results["demo1"])
         print()
-    if args.demo in ("2", "3", "all"):
+    if args.demo in ("2", "3", "5", "all"):
         from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
@@ -190,6 +214,10 @@ def main(argv=None):
     if args.demo in ("4", "all"):
         results["demo4"] = run_demo4(plan)
         demo4_observations(plan, results["demo4"])
+        print()
+    if args.demo in ("5", "all"):
+        results["demo5"] = run_demo5(beyond, real)
+        demo5_observations(beyond, real, results["demo5"])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

@@ -1,4 +1,4 @@
-"""Code 4's four demos, run and printed (lecture 9, §4, §4.8, §4.12): pipeline schedules on a
+"""Code 4's demos 1-4, run and printed (lecture 9, §4, §4.9, §4.13; demo 5 is in pipeline_beyond_report.py): pipeline schedules on a
 timeline (demo 1), the tiny GPT as a real pipeline on gloo ranks (demo 2), tensor-parallel
 layers against nn.Linear (demo 3), and the 3D-parallelism planner (demo 4), each with
 observations worded from its own numbers. The script holds the settings and the flags.
@@ -123,7 +123,7 @@ def demo1_observations(setup, r, out=print_wrapped):
     out(f" 3. 阻塞的 send/recv 要两边同时到才完成（rendezvous）：两个相邻阶段在稳定段要互相交换一个张量，"
         f"下面的阶段先发后收、上面的先收后发，否则两边都卡在发送上。表里的 {len(setup.table_stages) * len(setup.table_micro) * 2} "
         f"个 (p, m, 调度) 程序{'都' if r['deadlock_free'] else '没有都'}通过了不死锁检查（pipeline.check_rendezvous）。"
-        "交错式 1F1B（interleaved，Narayanan et al. 2021）让每张卡放 v 段不相邻的层，把气泡再降到约 1/v。")
+        "交错 1F1B（interleaved，Narayanan et al. 2021）让每张卡放 v 段不相邻的层，把气泡再降到 1/v（演示 5）。")
 
 
 def check_pipeline(real):

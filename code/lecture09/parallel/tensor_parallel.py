@@ -1,6 +1,6 @@
 """Tensor parallelism: a linear layer split across gloo ranks (lecture 9, code 4).
 
-Introduced in lecture 9, section 4.8 (张量并行 tensor parallelism); imported by
+Introduced in lecture 9, section 4.9 (张量并行 tensor parallelism); imported by
 04_pipeline.py and tests/test_pipeline.py. After Megatron-LM (Shoeybi et al. 2019, §4):
 
 - column-parallel linear: W (out, in) is cut by rows, so rank r computes output features
