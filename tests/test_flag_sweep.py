@@ -33,6 +33,8 @@ SWEEPS = {
         ["--demo", "5", "--quick", "--stages", "16", "--micro-batches", "64", "--virtual-stages", "4"],
         ["--demo", "5", "--quick", "--stages", "3", "--micro-batches", "2", "--virtual-stages", "1"],
         ["--demo", "5", "--quick", "--pipe-ranks", "3", "--pipe-micro-batches", "4"],
+        ["--demo", "5", "--quick", "--pipe-ranks", "4", "--pipe-micro-batches", "8", "--batch-size", "8",
+         "--virtual-stages", "4"],
     ],
     "05_decentralized.py": [
         ["--demo", "1", "--quick", "--micro-batches", "1"], ["--demo", "1", "--quick", "--micro-batches", "64", "--second-batch", "0"],

@@ -178,7 +178,8 @@ def run_real(real, n_virtual, out=print_wrapped):
     print()
     cut = (f"交错时 {p * n_virtual} 段、ZB-H1 {p} 段" if "interleaved" in r["schedules"] else f"ZB-H1 {p} 段")
     out(f"真实进程：小 GPT 用 {r['n_layer']} 个块，切成 p·v 段（{cut}），{p} 个 gloo 进程，"
-        f"batch {real.batch_size} = {m} 个 micro-batch；接收阻塞、发送不阻塞（isend），消息带标签。对照：不切开的模型。")
+        f"batch {real.batch_size} = {m} 个 micro-batch；接收阻塞、发送不阻塞（isend），消息带标签。对照：不切开的模型。"
+        f"最多存按段数（交错时一段是 1/{n_virtual} 个阶段）。")
     if "interleaved" not in r["schedules"]:
         out(f"（交错 1F1B 要 --pipe-micro-batches 是 --pipe-ranks 的倍数：{m} 不是 {p} 的倍数，只跑 ZB-H1。）")
     rows = []
@@ -187,7 +188,7 @@ def run_real(real, n_virtual, out=print_wrapped):
         rows.append((ps.SCHEDULE_NAMES[schedule], f"{s['max_abs_diff']:.1e}", f"{s['loss_diff']:.1e}",
                      " / ".join(map(str, s["peaks"])), " / ".join(map(str, real_formula_peaks(schedule, real, n_virtual))),
                      s["messages"], real_formula_messages(schedule, real, n_virtual)))
-    print_table(["调度", "梯度最大差", "loss 差", "各卡实际最多存（段）", "公式", "消息", "2·m·(p·v−1)"], rows)
+    print_table(["调度", "梯度最大差", "loss 差", "各卡实际最多存", "公式", "消息", "2m(pv − 1)"], rows)
     return r
 
 
