@@ -35,6 +35,8 @@ SWEEPS = {
         ["--demo", "5", "--quick", "--pipe-ranks", "3", "--pipe-micro-batches", "4"],
         ["--demo", "5", "--quick", "--pipe-ranks", "4", "--pipe-micro-batches", "8", "--batch-size", "8",
          "--virtual-stages", "4"],
+        ["--demo", "6", "--quick", "--experts", "16", "--ep-ranks", "4", "--tokens", "1", "--capacity-factor", "0.01"],
+        ["--demo", "6", "--quick", "--experts", "2", "--top-k", "1", "--tokens", "1024", "--capacity-factor", "8"],
     ],
     "05_decentralized.py": [
         ["--demo", "1", "--quick", "--micro-batches", "1"], ["--demo", "1", "--quick", "--micro-batches", "64", "--second-batch", "0"],

@@ -19,6 +19,8 @@ parallelism (3D parallelism).
       每次迭代的通信（α–β 模型）和时间。
     演示 5（demo 5）：比 1F1B 更少的气泡：交错 1F1B（每张卡 v 段，Narayanan et al. 2021）和零气泡 ZB-H1
       （反向拆成 B 和 W，Qi et al. 2024）：时间线、气泡和激活对论文的公式，再在真实 gloo 进程上和不切开的模型比。
+    演示 6（demo 6）：专家并行 expert parallelism：MoE 层的专家分到 2–4 个 gloo 进程，token 用 all-to-all 发出去、
+      收回来，和一个进程比；容量因子在丢掉的 token 和字节之间的取舍；每层的通信对张量并行。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 4 节
 
@@ -28,13 +30,15 @@ parallelism (3D parallelism).
     python3 code/lecture09/04_pipeline.py --demo 2 --pipe-ranks 2
     python3 code/lecture09/04_pipeline.py --demo 4 --plan-model 7B --plan-gpus 64 --global-batch 512
     python3 code/lecture09/04_pipeline.py --demo 5 --virtual-stages 4
+    python3 code/lecture09/04_pipeline.py --demo 6 --top-k 1 --capacity-factor 1
     python3 code/lecture09/04_pipeline.py --quick         # 很小的设置（测试用）
     python3 code/lecture09/04_pipeline.py --help
 
 演示 1、3 的流量表、4 是纯算术，在任何机器上逐位相同；演示 2、3 的"最大差"是浮点舍入，随 CPU 变，都在容差以内。
 GB 指 10^9 字节。用时（elapsed）打印到 stderr。
 需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（演示 1-3）、plan_report.py（演示 4）、
-pipeline_beyond_report.py（演示 5）、pipeline.py、pipeline_schedules.py、pipeline_real.py、tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
+pipeline_beyond_report.py（演示 5）、expert_parallel_report.py（演示 6）、pipeline.py、pipeline_schedules.py、
+pipeline_real.py、expert_parallel.py、tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
 
@@ -54,7 +58,9 @@ from lecture09.parallel.pipeline_report import (  # noqa: F401  (no torch at imp
     run_demo1, run_demo2, run_demo3, tp_traffic)
 from lecture09.parallel.plan_report import demo4_observations, run_demo4
 from lecture09.parallel.pipeline_beyond_report import demo5_observations, run_demo5
-from lecture01.cli_args import Parser, run_main, int_in, non_negative_int, positive_int
+from lecture09.parallel.expert_parallel import MoEConfig
+from lecture09.parallel.expert_parallel_report import demo6_observations, run_demo6
+from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_int
 
 
 # =============================================================================
@@ -111,6 +117,14 @@ class BeyondSetup:
     max_blocks: int = 3                # a timeline folded into more blocks than this is not drawn
 
 
+@dataclass(frozen=True)
+class ExpertSetup:
+    """Demo 6: a mixture-of-experts layer over real ranks."""
+    ep_ranks: int = 4                  # gloo processes; each holds n_experts / ep_ranks experts
+    moe: MoEConfig = MoEConfig(n_experts=8, top_k=2, capacity_factor=1.25, tokens_per_rank=64)
+
+
+QUICK_EXPERT = dict(ep_ranks=2)
 QUICK_BEYOND = dict(table_stages=(2, 4), table_micro=(4, 8))
 QUICK_REAL = dict(pipe_ranks=2, pipe_micro=4, batch_size=4)   # m > p: GPipe and 1F1B hold different counts
 QUICK_SCHEDULE = dict(table_stages=(1, 2, 4), table_micro=(1, 4, 8))
@@ -146,7 +160,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")
@@ -176,6 +190,16 @@ def parse_args(argv=None):
     g5 = p.add_argument_group("演示 5 demo 5（也用 --stages、--micro-batches 和演示 2 的真实进程参数）")
     g5.add_argument("--virtual-stages", type=int_in(1, 4), default=BeyondSetup.n_virtual,
                     help="交错 1F1B 每张卡放几段 v, 1-4 model chunks per rank (default %(default)s)")
+    x, moe = ExpertSetup(), ExpertSetup.moe
+    g6 = p.add_argument_group("演示 6 demo 6")
+    g6.add_argument("--ep-ranks", type=int_in(2, 4), default=x.ep_ranks, help="专家并行的进程数 processes (default %(default)s)")
+    g6.add_argument("--experts", type=int_in(1, 16), default=moe.n_experts,
+                    help="专家数 E，要能被 --ep-ranks 整除 experts (default %(default)s)")
+    g6.add_argument("--top-k", type=int, choices=(1, 2), default=moe.top_k, help="每个 token 去几个专家 (default %(default)s)")
+    g6.add_argument("--capacity-factor", type=float_in(0, 8, low_open=True), default=moe.capacity_factor,
+                    help="容量因子 cf，0–8 capacity factor (default %(default)s)")
+    g6.add_argument("--tokens", type=int_in(1, 1024), default=moe.tokens_per_rank,
+                    help="每个进程的 token 数 n tokens per rank (default %(default)s)")
     args = p.parse_args(argv)
     schedule = replace(s, n_stages=args.stages, n_micro=args.micro_batches, t_backward=args.t_backward)
     real = replace(r, pipe_ranks=args.pipe_ranks, pipe_micro=args.pipe_micro_batches, batch_size=args.batch_size,
@@ -183,24 +207,31 @@ def parse_args(argv=None):
     plan = replace(pl, model=args.plan_model, n_gpus=args.plan_gpus, global_batch=args.global_batch,
                    recompute=args.recompute, zero_stage=args.zero_stage)
     beyond = BeyondSetup(n_stages=args.stages, n_micro=args.micro_batches, n_virtual=args.virtual_stages)
+    expert = ExpertSetup(args.ep_ranks, replace(moe, n_experts=args.experts, top_k=args.top_k,
+                                                capacity_factor=args.capacity_factor, tokens_per_rank=args.tokens))
     if args.quick:
+        expert = replace(expert, **QUICK_EXPERT)
         real = replace(real, **QUICK_REAL)
         schedule = replace(schedule, **QUICK_SCHEDULE)
         beyond = replace(beyond, **QUICK_BEYOND)
     if real.batch_size % real.pipe_micro:
         p.error(f"--batch-size {real.batch_size} 不能被 --pipe-micro-batches {real.pipe_micro} 整除 (must be divisible)")
-    return args, schedule, real, plan, beyond
+    if expert.moe.n_experts % expert.ep_ranks:
+        p.error(f"--experts {expert.moe.n_experts} 不能被 --ep-ranks {expert.ep_ranks} 整除 (must be divisible)")
+    if expert.moe.top_k > expert.moe.n_experts:
+        p.error(f"--top-k {expert.moe.top_k} 比 --experts {expert.moe.n_experts} 多 (top-k needs that many experts)")
+    return args, schedule, real, plan, beyond, expert
 
 
 def main(argv=None):
-    args, schedule, real, plan, beyond = parse_args(argv)
+    args, schedule, real, plan, beyond, expert = parse_args(argv)
     started = time.perf_counter()
     results = {}
     if args.demo in ("1", "all"):
         results["demo1"] = run_demo1(schedule)
         demo1_observations(schedule, results["demo1"])
         print()
-    if args.demo in ("2", "3", "5", "all"):
+    if args.demo in ("2", "3", "5", "6", "all"):
         from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
@@ -218,6 +249,10 @@ def main(argv=None):
     if args.demo in ("5", "all"):
         results["demo5"] = run_demo5(beyond, real)
         demo5_observations(beyond, real, results["demo5"])
+        print()
+    if args.demo in ("6", "all"):
+        results["demo6"] = run_demo6(expert.moe, expert.ep_ranks)
+        demo6_observations(expert.moe, expert.ep_ranks, results["demo6"])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 
