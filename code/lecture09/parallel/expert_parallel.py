@@ -25,8 +25,9 @@ rank routes its tokens, packs a buffer [E, capacity, C] (empty slots zero), and 
 all-to-all sends block q, the slots of rank q's experts, to rank q. Every block has the same
 size, so gloo's all_to_all_single takes it. Rank q runs its experts on the p·capacity
 slots it received, a second all-to-all sends the outputs back, and each rank combines them
-with its gates. Backward runs the same two all-to-alls in reverse (`AllToAll`: the
-gradient of an all-to-all with equal blocks is an all-to-all). The router is replicated, so
+with its gates. Backward runs the same two all-to-alls in reverse (ranks/all_to_all.py's
+`AllToAll`: the gradient of an all-to-all with equal blocks is an all-to-all). The router
+is replicated, so
 its gradient is all-reduced.
 """
 
@@ -171,36 +172,16 @@ def reference(cfg, world_size):
 # On real ranks
 # ---------------------------------------------------------------------------
 
-def _all_to_all_function():
-    import torch
-    import torch.distributed as dist
-
-    class AllToAll(torch.autograd.Function):
-        """all_to_all_single with equal blocks; its backward is the same exchange of the gradient."""
-
-        @staticmethod
-        def forward(ctx, x):
-            out = torch.empty_like(x)
-            dist.all_to_all_single(out, x.contiguous())
-            return out
-
-        @staticmethod
-        def backward(ctx, grad):
-            out = torch.empty_like(grad)
-            dist.all_to_all_single(out, grad.contiguous())
-            return out
-
-    return AllToAll.apply
-
-
 def ep_worker(rank, world_size, cfg):
     """Rank body: its group of tokens, E/p experts, the router replicated. Returns {"y": (n, C),
     "x_grad", "grads": {"router": all-reduced, "w1".."b2": this rank's experts}, "dropped",
     "sent_bytes": bytes this rank sent in the 4 all-to-alls}."""
     import torch.distributed as dist
 
+    from lecture09.ranks.all_to_all import AllToAll
+
     check_config(cfg, world_size)
-    all_to_all = _all_to_all_function()
+    all_to_all = AllToAll.apply
     e_local, cap, c = cfg.n_experts // world_size, capacity(cfg), cfg.dim
     full = make_params(cfg)
     mine = slice(rank * e_local, (rank + 1) * e_local)

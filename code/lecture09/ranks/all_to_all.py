@@ -159,3 +159,26 @@ def check_worker(rank, world_size, n, seed):
                            input_split_sizes=[bounds[j + 1] - bounds[j] for j in range(world_size)])
     out["torch.distributed"] = received
     return out
+
+
+class AllToAll(torch.autograd.Function):
+    """all_to_all_single with equal blocks along dim 0 (dim 0 of size p), differentiable: the
+    gradient of such an exchange is the same exchange of the gradient (block j of worker i
+    came from block i of worker j, and goes back there). Code 4's expert parallelism and
+    Ulysses use it as `AllToAll.apply(x)`."""
+
+    @staticmethod
+    def forward(ctx, x):
+        import torch.distributed as dist
+
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x.contiguous())
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        out = torch.empty_like(grad)
+        dist.all_to_all_single(out, grad.contiguous())
+        return out
