@@ -27,8 +27,7 @@ size, so gloo's all_to_all_single takes it. Rank q runs its experts on the p·ca
 slots it received, a second all-to-all sends the outputs back, and each rank combines them
 with its gates. Backward runs the same two all-to-alls in reverse (ranks/all_to_all.py's
 `AllToAll`: the gradient of an all-to-all with equal blocks is an all-to-all). The router
-is replicated, so
-its gradient is all-reduced.
+is replicated, so its gradient is all-reduced.
 """
 
 import math
