@@ -84,3 +84,27 @@ def test_quick_run_of_demo_6_fits_a_projector():
     assert results["demo6"]["simulated_ok"] and all(results["demo6"]["real_ok"].values())
     assert set(results["demo6"]["real_ok"]) == {2, 3} and "✗" not in out
     assert all(display_width(line) <= 100 for line in out.splitlines())
+
+
+def _autograd_worker(rank, world_size):
+    """AllToAll on a permuted (non-contiguous) input whose gradient also arrives permuted."""
+    p = world_size
+    base = torch.arange(p * 2 * 3, dtype=torch.float32).view(2, p, 3) + 100 * rank     # (2, p, 3)
+    x = base.clone().requires_grad_()
+    y = a2a.AllToAll.apply(x.transpose(0, 1))             # (p, 2, 3), blocks along dim 0
+    probe = torch.arange(p * 3 * 2, dtype=torch.float32).view(p, 3, 2) + 1000 * rank
+    (y * probe.transpose(1, 2)).sum().backward()           # a permuted gradient flows back
+    return y.detach(), x.grad
+
+
+def test_autograd_all_to_all_on_permuted_tensors():
+    """Block j of rank i goes to rank j at position i, and the gradient comes back the same
+    way. (A version that allocated with the gradient's strides scrambled it: caught here.)"""
+    p = 2
+    ranks = gloo_ranks.run_ranks(_autograd_worker, p, timeout_s=60)
+    for i, (y, x_grad) in enumerate(ranks):
+        for j in range(p):
+            sent = torch.arange(p * 2 * 3, dtype=torch.float32).view(2, p, 3)[:, i] + 100 * j
+            assert torch.equal(y[j], sent)                 # rank j's block i
+            probe_j = (torch.arange(p * 3 * 2, dtype=torch.float32).view(p, 3, 2) + 1000 * j).transpose(1, 2)
+            assert torch.equal(x_grad[:, j], probe_j[i])   # gradient of what went to rank j

@@ -171,14 +171,16 @@ class AllToAll(torch.autograd.Function):
     def forward(ctx, x):
         import torch.distributed as dist
 
-        out = torch.empty_like(x)
-        dist.all_to_all_single(out, x.contiguous())
+        x = x.contiguous()
+        out = torch.empty_like(x)          # of a contiguous x: empty_like keeps a permuted tensor's strides
+        dist.all_to_all_single(out, x)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         import torch.distributed as dist
 
+        grad = grad.contiguous()           # the gradient of a permute arrives permuted
         out = torch.empty_like(grad)
-        dist.all_to_all_single(out, grad.contiguous())
+        dist.all_to_all_single(out, grad)
         return out
