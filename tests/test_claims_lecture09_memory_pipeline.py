@@ -1,4 +1,4 @@
-"""Claims tests for lecture 9 §3, §4, §4.9, §4.14: run code 3 and code 4 as a student would and
+"""Claims tests for lecture 9 §3, §4, §4.9, §4.15: run code 3 and code 4 as a student would and
 check what the notes say about them. Slow (a minute or so), part of CI on purpose.
 
 Every figure these sections quote is arithmetic or a count (the same on every machine),
@@ -98,8 +98,8 @@ def test_section_4_tensor_parallel_claims(outputs):
 def test_section_4_hybrid_claims(outputs):
     out4 = outputs["code4"]
     assert "最好 best（放得下、估计时间最短）：不重叠时 (32, 4, 8)，30.18 s；DP 藏起来时 (64, 2, 8)，28.70 s。" in unwrapped(out4)
-    # §4.16's table, row by row: every cell of each notes row is the printed row's (issue 20)
-    section = notes_section(NOTES, "### 4.16")
+    # §4.17's table, row by row: every cell of each notes row is the printed row's (issue 20)
+    section = notes_section(NOTES, "### 4.17")
     notes_rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
                   if re.match(r"\| \(\d", line)]
     printed = {line.split(")")[0] + ")": line.split(")", 1)[1].split() for line in out4.splitlines()
@@ -114,10 +114,10 @@ def test_section_4_hybrid_claims(outputs):
 
 
 def test_section_4_14_published_run_table_row_by_row(outputs):
-    """§4.16's reconciliation with Megatron-LM's published run: each notes row is a printed row
+    """§4.17's reconciliation with Megatron-LM's published run: each notes row is a printed row
     (label and seconds), in the printed order (issue 20, 4)."""
     out4 = outputs["code4"]
-    section = notes_section(NOTES, "### 4.16")
+    section = notes_section(NOTES, "### 4.17")
     start = section.index("| 一次换掉一个假设")
     notes_rows = [[c.strip() for c in line.strip("|").split("|")] for line in section[start:].splitlines()[2:]
                   if line.startswith("|")]
@@ -173,16 +173,16 @@ NOT_ONE_PRINTED_ROW = {
     "ZeroRedundancyOptimizer": "§3.6, test_section_1_claims (cells against both runs)",
     "GPipe": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
     "1F1B": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
-    "数据并行 DP": "§4.14 describes the three kinds in words: no figure",
-    "流水线并行 PP": "§4.14, words only",
-    "张量并行 TP": "§4.14, words only",
+    "数据并行 DP": "§4.15 describes the three kinds in words: no figure",
+    "流水线并行 PP": "§4.15, words only",
+    "张量并行 TP": "§4.15, words only",
 }
 
 
 @pytest.mark.parametrize("heading", SECTIONS)
 def test_every_table_row_is_a_printed_row(outputs, heading):
     """Issue 20: a figure in a Markdown table cannot change, or move to another cell, without a
-    test failing. Each body row of §3, §4, §4.9 and §4.14 (flag tables aside) is a printed line:
+    test failing. Each body row of §3, §4, §4.9 and §4.15 (flag tables aside) is a printed line:
     its first cell starts the line and the other cells follow side by side, in order."""
     printed = [line for text in outputs.values() for line in text.splitlines()]
     lines = notes_section(NOTES, heading).splitlines()

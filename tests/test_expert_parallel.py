@@ -186,7 +186,7 @@ def test_bad_flags_exit_with_status_2(argv, capsys):
 
 
 def test_flags_reach_the_layer():
-    args, *_, expert = code4.parse_args(["--experts", "4", "--top-k", "1", "--capacity-factor", "1.5",
+    args, *_, expert, context = code4.parse_args(["--experts", "4", "--top-k", "1", "--capacity-factor", "1.5",
                                          "--tokens", "8", "--ep-ranks", "2"])
     assert expert.ep_ranks == 2 and expert.moe == replace(code4.ExpertSetup.moe, n_experts=4, top_k=1,
                                                           capacity_factor=1.5, tokens_per_rank=8)

@@ -37,6 +37,8 @@ SWEEPS = {
          "--virtual-stages", "4"],
         ["--demo", "6", "--quick", "--experts", "16", "--ep-ranks", "4", "--tokens", "1", "--capacity-factor", "0.01"],
         ["--demo", "6", "--quick", "--experts", "2", "--top-k", "1", "--tokens", "1024", "--capacity-factor", "8"],
+        ["--demo", "7", "--quick", "--cp-ranks", "4", "--seq-len", "8", "--cp-heads", "1"],
+        ["--demo", "7", "--quick", "--cp-ranks", "3", "--seq-len", "768", "--cp-heads", "8"],
     ],
     "05_decentralized.py": [
         ["--demo", "1", "--quick", "--micro-batches", "1"], ["--demo", "1", "--quick", "--micro-batches", "64", "--second-batch", "0"],

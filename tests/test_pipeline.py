@@ -233,9 +233,9 @@ def quick():
 
 def test_quick_run_prints_every_demo(quick):
     text = quick[1]
-    for title in ("演示 1", "演示 2", "演示 3", "演示 4", "演示 5", "演示 6"):
+    for title in ("演示 1", "演示 2", "演示 3", "演示 4", "演示 5", "演示 6", "演示 7"):
         assert title in text
-    assert text.count("观察 Observations") == 6
+    assert text.count("观察 Observations") == 7
 
 
 def test_quick_output_fits_a_projector(quick):

@@ -21,6 +21,8 @@ parallelism (3D parallelism).
       （反向拆成 B 和 W，Qi et al. 2024）：时间线、气泡和激活对论文的公式，再在真实 gloo 进程上和不切开的模型比。
     演示 6（demo 6）：专家并行 expert parallelism：MoE 层的专家分到 2–4 个 gloo 进程，token 用 all-to-all 发出去、
       收回来，和一个进程比；容量因子在丢掉的 token 和字节之间的取舍；每层的通信对张量并行。
+    演示 7（demo 7）：上下文并行 context parallelism：序列分到 2–4 个 gloo 进程，环形注意力（ring attention）和
+      Ulysses 都和整个序列的注意力比；因果掩码下每个进程的工作量（连续切对之字形切）；每层的字节。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 4 节
 
@@ -31,6 +33,7 @@ parallelism (3D parallelism).
     python3 code/lecture09/04_pipeline.py --demo 4 --plan-model 7B --plan-gpus 64 --global-batch 512
     python3 code/lecture09/04_pipeline.py --demo 5 --virtual-stages 4
     python3 code/lecture09/04_pipeline.py --demo 6 --top-k 1 --capacity-factor 1
+    python3 code/lecture09/04_pipeline.py --demo 7 --cp-ranks 3 --seq-len 192
     python3 code/lecture09/04_pipeline.py --quick         # 很小的设置（测试用）
     python3 code/lecture09/04_pipeline.py --help
 
@@ -38,7 +41,7 @@ parallelism (3D parallelism).
 GB 指 10^9 字节。用时（elapsed）打印到 stderr。
 需要 (needs): torch、numpy；parallel/ 的 pipeline_report.py（演示 1-3）、plan_report.py（演示 4）、
 pipeline_beyond_report.py（演示 5）、expert_parallel_report.py（演示 6）、pipeline.py、pipeline_schedules.py、
-pipeline_real.py、expert_parallel.py、tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
+context_parallel_report.py（演示 7）、pipeline_real.py、expert_parallel.py、context_parallel.py、tensor_parallel.py、parallel_plan.py、memory_model.py，ranks/ 的 alpha_beta.py、gloo_ranks.py；code/lecture01 的
 tiny_gpt.py、fm_world.py、console.py、cli_args.py。
 """
 
@@ -60,6 +63,8 @@ from lecture09.parallel.plan_report import demo4_observations, run_demo4
 from lecture09.parallel.pipeline_beyond_report import demo5_observations, run_demo5
 from lecture09.parallel.expert_parallel import MoEConfig
 from lecture09.parallel.expert_parallel_report import demo6_observations, run_demo6
+from lecture09.parallel.context_parallel import CPCase
+from lecture09.parallel.context_parallel_report import demo7_observations, run_demo7
 from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_int
 
 
@@ -124,7 +129,15 @@ class ExpertSetup:
     moe: MoEConfig = MoEConfig(n_experts=8, top_k=2, capacity_factor=1.25, tokens_per_rank=64)
 
 
+@dataclass(frozen=True)
+class ContextSetup:
+    """Demo 7: the sequence over real ranks."""
+    cp_ranks: int = 4
+    case: CPCase = CPCase(seq_len=96, batch=2, n_embd=96, n_head=4)
+
+
 QUICK_EXPERT = dict(ep_ranks=2)
+QUICK_CONTEXT = dict(cp_ranks=2)
 QUICK_BEYOND = dict(table_stages=(2, 4), table_micro=(4, 8))
 QUICK_REAL = dict(pipe_ranks=2, pipe_micro=4, batch_size=4)   # m > p: GPipe and 1F1B hold different counts
 QUICK_SCHEDULE = dict(table_stages=(1, 2, 4), table_micro=(1, 4, 8))
@@ -160,7 +173,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "7", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")
@@ -200,6 +213,13 @@ def parse_args(argv=None):
                     help="容量因子 cf，0–8 capacity factor (default %(default)s)")
     g6.add_argument("--tokens", type=int_in(1, 1024), default=moe.tokens_per_rank,
                     help="每个进程的 token 数 n tokens per rank (default %(default)s)")
+    cx = ContextSetup()
+    g7 = p.add_argument_group("演示 7 demo 7")
+    g7.add_argument("--cp-ranks", type=int_in(2, 4), default=cx.cp_ranks, help="上下文并行的进程数 processes (default %(default)s)")
+    g7.add_argument("--seq-len", type=int_in(8, 768), default=cx.case.seq_len,
+                    help="序列长度，要能被 2·--cp-ranks 整除 sequence length (default %(default)s)")
+    g7.add_argument("--cp-heads", type=int, choices=(1, 2, 3, 4, 6, 8), default=cx.case.n_head,
+                    help="注意力头数（C = 96 要能整除）heads (default %(default)s)")
     args = p.parse_args(argv)
     schedule = replace(s, n_stages=args.stages, n_micro=args.micro_batches, t_backward=args.t_backward)
     real = replace(r, pipe_ranks=args.pipe_ranks, pipe_micro=args.pipe_micro_batches, batch_size=args.batch_size,
@@ -209,8 +229,10 @@ def parse_args(argv=None):
     beyond = BeyondSetup(n_stages=args.stages, n_micro=args.micro_batches, n_virtual=args.virtual_stages)
     expert = ExpertSetup(args.ep_ranks, replace(moe, n_experts=args.experts, top_k=args.top_k,
                                                 capacity_factor=args.capacity_factor, tokens_per_rank=args.tokens))
+    context = ContextSetup(args.cp_ranks, replace(cx.case, seq_len=args.seq_len, n_head=args.cp_heads))
     if args.quick:
         expert = replace(expert, **QUICK_EXPERT)
+        context = replace(context, **QUICK_CONTEXT)
         real = replace(real, **QUICK_REAL)
         schedule = replace(schedule, **QUICK_SCHEDULE)
         beyond = replace(beyond, **QUICK_BEYOND)
@@ -220,18 +242,21 @@ def parse_args(argv=None):
         p.error(f"--experts {expert.moe.n_experts} 不能被 --ep-ranks {expert.ep_ranks} 整除 (must be divisible)")
     if expert.moe.top_k > expert.moe.n_experts:
         p.error(f"--top-k {expert.moe.top_k} 比 --experts {expert.moe.n_experts} 多 (top-k needs that many experts)")
-    return args, schedule, real, plan, beyond, expert
+    if context.case.seq_len % (2 * context.cp_ranks):
+        p.error(f"--seq-len {context.case.seq_len} 不能被 2 × --cp-ranks = {2 * context.cp_ranks} 整除"
+                "（之字形切成 2p 块）(must be divisible)")
+    return args, schedule, real, plan, beyond, expert, context
 
 
 def main(argv=None):
-    args, schedule, real, plan, beyond, expert = parse_args(argv)
+    args, schedule, real, plan, beyond, expert, context = parse_args(argv)
     started = time.perf_counter()
     results = {}
     if args.demo in ("1", "all"):
         results["demo1"] = run_demo1(schedule)
         demo1_observations(schedule, results["demo1"])
         print()
-    if args.demo in ("2", "3", "5", "6", "all"):
+    if args.demo in ("2", "3", "5", "6", "7", "all"):
         from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("2", "all"):
@@ -253,6 +278,10 @@ def main(argv=None):
     if args.demo in ("6", "all"):
         results["demo6"] = run_demo6(expert.moe, expert.ep_ranks)
         demo6_observations(expert.moe, expert.ep_ranks, results["demo6"])
+        print()
+    if args.demo in ("7", "all"):
+        results["demo7"] = run_demo7(context.case, context.cp_ranks)
+        demo7_observations(context.case, context.cp_ranks, results["demo7"])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

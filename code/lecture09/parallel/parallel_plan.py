@@ -1,6 +1,6 @@
 """A small 3D-parallelism planner: data × pipeline × tensor parallel (lecture 9, code 4).
 
-Introduced in lecture 9, section 4.14 (混合并行 hybrid parallelism); imported by
+Introduced in lecture 9, section 4.15 (混合并行 hybrid parallelism); imported by
 04_pipeline.py and tests/test_pipeline.py. For a model (memory_model.MODELS) and a
 cluster of N = DP × PP × TP GPUs it estimates, per GPU and per iteration:
 

@@ -1,4 +1,4 @@
-"""Code 4's demos 1-4, run and printed (lecture 9, §4, §4.9, §4.14; demo 5 is in pipeline_beyond_report.py): pipeline schedules on a
+"""Code 4's demos 1-4, run and printed (lecture 9, §4, §4.9, §4.15; demo 5 is in pipeline_beyond_report.py): pipeline schedules on a
 timeline (demo 1), the tiny GPT as a real pipeline on gloo ranks (demo 2), tensor-parallel
 layers against nn.Linear (demo 3), and the 3D-parallelism planner (demo 4), each with
 observations worded from its own numbers. The script holds the settings and the flags.

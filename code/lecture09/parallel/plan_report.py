@@ -1,7 +1,7 @@
 """Code 04's demo 4: the 3D-parallelism planner's table and observations, and the planner
 held against a published run, Megatron-LM's GPT-3 175B on 1024 A100s (Narayanan et al.
 2021): a table that changes one assumption per row until it reaches the published seconds
-per iteration. Notes §4.15-§4.16."""
+per iteration. Notes §4.16-§4.17."""
 
 from dataclasses import replace
 
