@@ -206,7 +206,7 @@ def observations(setup, real_schedules=("interleaved", "zb-h1"), diff=1e-8):
 def test_observation_interleaved_halves_the_bubble_and_costs_messages():
     text = observations(code4.BeyondSetup())
     assert "气泡比从 37.5% 降到 18.8%" in text and "过 7 个切口而不是 3 个" in text
-    assert "最后一张卡在 1.5 开始算，1F1B 要等到 3" in text and "5.50 个阶段的激活，比 1F1B 的 4 个多" in text
+    assert "最后一张卡在 1.5 开始算，1F1B 要等到 3" in text and "5.5 个阶段的激活，比 1F1B 的 4 个多" in text
     assert "是它的 33%" in text and "都和不切开的模型一致" in text and "就是公式" in text
 
 

@@ -38,7 +38,7 @@ def held_in_stages(schedule, held, n_virtual):
 
 
 def fmt_count(x):
-    return f"{x:g}" if x == int(x) else f"{x:.2f}"
+    return f"{x:g}"
 
 
 def print_timelines(setup, timelines, out):
@@ -240,7 +240,7 @@ def demo5_observations(setup, real, r, out=print_wrapped):
     names = "、".join(ps.SCHEDULE_NAMES[s] for s in real_r["schedules"])
     counted = all(real_r[s]["peaks"] == real_formula_peaks(s, real, v) and
                   real_r[s]["messages"] == real_formula_messages(s, real, v) for s in real_r["schedules"])
-    out(f" {2 if p == 1 else 3}. 真实进程上 {names} 的梯度{'都和' if ok else '没有都和'}不切开的模型一致（最大差 "
+    out(f" {2 if p == 1 else 3}. 真实进程上{names}的梯度{'都和' if ok else '没有都和'}不切开的模型一致（最大差 "
         f"{worst:.1e}，容差 {GRAD_ATOL:g}）；各卡实际存的段数和发的消息数{'就是' if counted else '不都等于'}公式。"
         + ("调度只改变计算的顺序和时间，不改变结果。" if ok else ""))
 
