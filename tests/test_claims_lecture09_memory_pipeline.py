@@ -198,3 +198,26 @@ def test_every_table_row_is_a_printed_row(outputs, heading):
         assert any(p.startswith(label) and _contiguous(values, p.split()) for p in printed), line
         checked += 1
     assert checked >= 3
+
+
+def test_section_4_7_4_13_4_14_counts(outputs):
+    """The counts §4.7 (interleaved 1F1B, ZB-H1), §4.13 (experts) and §4.14 (context
+    parallelism) quote in their prose, each printed by the default run of code 4."""
+    out = unwrapped(outputs["code4"])
+    notes = {h: notes_section(NOTES, h) for h in ("### 4.7", "### 4.13", "### 4.14")}
+    pairs = [
+        ("### 4.7", "默认运行里最后一张卡在 1.5 个时间单位时开始算，1F1B 要等到 3", "最后一张卡在 1.5 开始算，1F1B 要等到 3"),
+        ("### 4.7", "默认运行 112 个全部相同", "112 个 (p, m, 卡) 的程序全部相同"),
+        ("### 4.7", "交错 11 / 9 / 7 / 5 段", "11 / 9 / 7 / 5  11 / 9 / 7 / 5   112         112"),
+        ("### 4.7", "ZB-H1 4 / 4 / 4 / 4 个", "4 / 4 / 4 / 4   4 / 4 / 4 / 4    48          48"),
+        ("### 4.7", "小 GPT 加到 6 个块", "小 GPT 用 6 个块"),
+        ("### 4.13", "两边都丢掉 5 个分配", "丢掉的分配也一样（5 个）"),
+        ("### 4.13", "每张卡每步发 184.3 KB", "184.3"),
+        ("### 4.13", "容量 20", "= 20 个（容量 capacity）"),
+        ("### 4.14", "进程 0 跳过了 3 个整块都在未来的块", "进程 0 跳过了 3 个整块都在未来的块"),
+        ("### 4.14", "最后一个进程要算 4 块", "1 / 2 / 3 / 4  3 / 2 / 1 / 0"),
+        ("### 4.14", "之字形时每个进程都算 4 块", "4 / 4 / 4 / 4  0 / 0 / 0 / 0"),
+    ]
+    for heading, in_notes, in_output in pairs:
+        assert in_notes in unwrapped(notes[heading]), (heading, in_notes)
+        assert in_output in outputs["code4"] or in_output in out, (heading, in_output)
