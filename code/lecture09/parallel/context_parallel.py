@@ -20,7 +20,7 @@ the attention core needs the other positions' keys and values.
   and weighted sum, as in FlashAttention). A block entirely in the future of every query is
   skipped. Backward is autograd's: each shift's gradient is the reverse shift, so the key
   and value gradients travel back around the ring. (This keeps every block for backward;
-  the published kernels recompute instead.)
+  FlashAttention-style kernels recompute each block instead.)
 - Ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): an all-to-all turns "my positions, all
   heads" into "all positions, my n_head / p heads"; each rank runs ordinary attention on
   its heads; a second all-to-all turns it back. It needs n_head divisible by p.
