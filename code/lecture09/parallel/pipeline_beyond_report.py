@@ -12,9 +12,9 @@ from lecture01.console import LINE_WIDTH, print_header, print_table, print_wrapp
 from lecture09.parallel import pipeline
 from lecture09.parallel import pipeline_real
 from lecture09.parallel import pipeline_schedules as ps
+from lecture09.parallel.pipeline_report import GRAD_ATOL   # demo 2's: micro-batch gradients summed in another order
 from lecture09.ranks import gloo_ranks
 
-GRAD_ATOL = 1e-6                   # as demo 2's: micro-batch gradients summed in another order (measured 9e-8)
 PREFIX = "卡 0 │ "
 
 
