@@ -399,3 +399,17 @@ def test_legal_extreme_flags_run_and_say_only_what_happened(argv):
         assert "(d) 跳过" in out           # the check needs --compression none
     else:
         assert "(b) 有进有出" in out and "(f) " in out
+
+
+def test_table_f_says_so_when_no_round_gathered_every_peer():
+    from lecture09.engines.hivemind_run import RoundReport, RunRecord
+    record = RunRecord(settings=None)
+    for r in range(3):          # a short --matchmaking-s on a busy machine: groups of 2, never 4
+        record.rounds += [RoundReport(1.0 + r, p, r, (p - p % 2, p - p % 2 + 1), 100, 100, 0.2, 3.0)
+                          for p in range(4)]
+    rows = code10.server_rows(4, 5, {1: [(0, 1), (2, 3)], 2: [(0, 1, 2)]}, record, 1000)
+    assert [row[2] for row in rows[:3]] == ["—（(a) 没有一轮是满组）"] * 3
+    assert rows[-1][2].endswith("：2 3")
+    record.rounds += [RoundReport(9.0, p, 3, (0, 1, 2, 3), 1500, 1400, 0.2, 3.0) for p in range(4)]
+    rows = code10.server_rows(4, 5, {}, record, 1000)
+    assert rows[0][2] == "1,500（= 2(g-1)/g·S = 1,500）" and rows[2][2] == "2,900（一个同伴）"

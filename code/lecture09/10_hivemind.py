@@ -176,13 +176,17 @@ def server_rows(n_peers, inner_steps, undisturbed, record, tensor_bytes):
     model = tiny_gpt.make_model(MODEL_CONFIG)
     body = len(safetensors_bytes({n: p.detach() for n, p in model.named_parameters()}))
     full = [x for x in record.rounds if len(x.members) == n_peers]
-    sent = sum(x.sent for x in full) / len(full)
-    busiest = max(x.sent + x.received for x in full)
     survived = [len(max(groups, key=len)) for r, groups in undisturbed.items()]
-    return [["每个工作者发出 sent", f"{body:,}（上传梯度 body）", f"{sent:,.0f}（= 2(g-1)/g·S = "
-             f"{butterfly_bytes(n_peers, tensor_bytes):,.0f}）"],
-            ["每个工作者收到 received", f"{body:,}（下载权重 body）", f"{sent:,.0f}（同上）"],
-            ["最忙的节点 busiest node", f"{2 * n_peers * body:,}（服务器）", f"{busiest:,}（一个同伴）"],
+    if full:
+        sent = sum(x.sent for x in full) / len(full)
+        sent_cell = f"{sent:,.0f}（= 2(g-1)/g·S = {butterfly_bytes(n_peers, tensor_bytes):,.0f}）"
+        received_cell = f"{sent:,.0f}（同上）"
+        busiest_cell = f"{max(x.sent + x.received for x in full):,}（一个同伴）"
+    else:                       # a short --matchmaking-s on a busy machine: no round gathered everyone
+        sent_cell = received_cell = busiest_cell = "—（(a) 没有一轮是满组）"
+    return [["每个工作者发出 sent", f"{body:,}（上传梯度 body）", sent_cell],
+            ["每个工作者收到 received", f"{body:,}（下载权重 body）", received_cell],
+            ["最忙的节点 busiest node", f"{2 * n_peers * body:,}（服务器）", busiest_cell],
             ["多少训练步同步一次", "1", f"{inner_steps}（H）"],
             ["每轮的请求 requests", "2 个 HTTP（拉权重、传梯度）", f"找组的 RPC + {2 * (n_peers - 1)} 个张量流"],
             ["中心死了 the centre dies", "停下，等它从检查点重启", "引导节点死后各轮小组：" + " ".join(map(str, survived))]]
@@ -294,7 +298,7 @@ def main(argv=None):
                                  server_rows(args.peers, s.inner_steps, after, plain, tensor_bytes),
                                  aligns=["<", "<", "<"]):
             print_wrapped(line)
-        print_wrapped("代码 6 的字节是它的 safetensors body，精确；代码 10 的是 (a) 满组的轮里实测的平均。代码 6 每一步同步，"
+        print_wrapped("代码 6 的字节是它的 safetensors body，精确；代码 10 的是 (a) 里满组的轮实测的平均（没有满组的轮就是 —）。代码 6 每一步同步，"
                       f"代码 10 每 H = {s.inner_steps} 步：按训练步算还要再除以 H。")
     print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
