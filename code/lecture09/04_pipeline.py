@@ -56,6 +56,7 @@ except ModuleNotFoundError:
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
+from lecture09.parallel.parallel_plan import PLAN_MODELS
 from lecture09.parallel.pipeline_report import (  # noqa: F401  (no torch at import; the tests reach some here)
     GRAD_ATOL, TP_ATOL, demo1_observations, demo2_observations, demo3_observations,
     run_demo1, run_demo2, run_demo3, tp_traffic)
@@ -105,6 +106,7 @@ class PlanSetup:
     micro_batch: int = 1
     zero_stage: int = 1                # ZeRO stage across each data-parallel group
     recompute: str = "selective"       # Korthikanti et al. 2022's recommendation
+    seq_len: int = None                # None: the model's own
     candidates: tuple = ((1, 1), (1, 8), (2, 8), (8, 8), (16, 8), (32, 1), (8, 16))   # (PP, TP) pairs to show
 
 
@@ -192,7 +194,10 @@ def parse_args(argv=None):
     g2.add_argument("--tp-ranks", type=int_in(2, 4), default=r.tp_ranks, help="张量并行的进程数 tensor-parallel processes (default %(default)s)")
     g2.add_argument("--tp-size", type=int_in(2, 64), default=r.tp_size, help="流量表的 TP 大小 TP size of the traffic table (default %(default)s)")
     g4 = p.add_argument_group("演示 4 demo 4")
-    g4.add_argument("--plan-model", choices=tuple(mm.MODELS), default=pl.model, help="模型 model (default %(default)s)")
+    g4.add_argument("--plan-model", choices=tuple(PLAN_MODELS), default=pl.model,
+                    help="模型 model；8x7B 是混合专家 MoE (default %(default)s)")
+    g4.add_argument("--plan-seq-len", type=int_in(128, 1048576), default=pl.seq_len,
+                    help="序列长度，128–1048576 sequence length (default: 模型自己的 the model's)")
     g4.add_argument("--plan-gpus", type=int_in(1, 65536), default=pl.n_gpus, help="集群的卡数 GPUs in the cluster (default %(default)s)")
     g4.add_argument("--global-batch", type=positive_int, default=pl.global_batch,
                     help="每次迭代的序列数 sequences per iteration (default %(default)s)")
@@ -225,7 +230,7 @@ def parse_args(argv=None):
     real = replace(r, pipe_ranks=args.pipe_ranks, pipe_micro=args.pipe_micro_batches, batch_size=args.batch_size,
                    model_seed=args.model_seed, data_seed=args.data_seed, tp_ranks=args.tp_ranks, tp_size=args.tp_size)
     plan = replace(pl, model=args.plan_model, n_gpus=args.plan_gpus, global_batch=args.global_batch,
-                   recompute=args.recompute, zero_stage=args.zero_stage)
+                   recompute=args.recompute, zero_stage=args.zero_stage, seq_len=args.plan_seq_len)
     beyond = BeyondSetup(n_stages=args.stages, n_micro=args.micro_batches, n_virtual=args.virtual_stages)
     expert = ExpertSetup(args.ep_ranks, replace(moe, n_experts=args.experts, top_k=args.top_k,
                                                 capacity_factor=args.capacity_factor, tokens_per_rank=args.tokens))

@@ -144,11 +144,15 @@ def zero_sent_bytes_per_gpu(n_params, n_gpus, stage, bytes_per_element=FP16_BYTE
 RECOMPUTE = ("none", "selective", "full")
 
 
-def activation_bytes_per_layer(seq_len, micro_batch, hidden, n_heads, tp=1, recompute="none"):
-    """Bytes one transformer layer keeps for the backward pass (Korthikanti et al. 2022)."""
+def activation_bytes_per_layer(seq_len, micro_batch, hidden, n_heads, tp=1, recompute="none", cp=1):
+    """Bytes one transformer layer keeps for the backward pass (Korthikanti et al. 2022).
+
+    cp: context parallelism splits the sequence into cp parts, so each rank keeps the
+    activations of seq_len/cp positions; its queries still see all seq_len keys, so the
+    attention scores (recompute "none") are (seq_len/cp) × seq_len per head."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    sbh = seq_len * micro_batch * hidden
+    sbh = seq_len // cp * micro_batch * hidden
     if recompute == "full":
         return 2 * sbh                                  # the layer's fp16 input, nothing else
     per_element = 10 + 24 / tp
