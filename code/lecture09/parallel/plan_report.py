@@ -203,7 +203,7 @@ def term_changes(a, b):
     """The time terms that differ between two plans' costs, in words: 'TP 1.68 → 0.24 s'."""
     parts = [f"{name} {getattr(a, key):.2f} → {getattr(b, key):.2f}" for name, key in TERMS
              if round(getattr(a, key), 2) != round(getattr(b, key), 2)]
-    return "，".join(parts) + " s"
+    return "，".join(parts) + " s" if parts else ""
 
 
 def dimension_sentence(dims, model, micro_batch):
