@@ -55,7 +55,6 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
-from lecture09.parallel import memory_model as mm
 from lecture09.parallel.parallel_plan import PLAN_MODELS
 from lecture09.parallel.pipeline_report import (  # noqa: F401  (no torch at import; the tests reach some here)
     GRAD_ATOL, TP_ATOL, demo1_observations, demo2_observations, demo3_observations,
