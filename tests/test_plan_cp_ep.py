@@ -2,6 +2,7 @@
 Every cost term by hand on small shapes, the validity rules, the search space, the MoE's
 parameter counts, and each branch of the sentence that says which dimension is chosen."""
 
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -148,7 +149,7 @@ def dims(model, n, batch, recompute="selective"):
 
 @pytest.mark.parametrize("model, n, batch, seq, starts, has", [
     ("175B", 8, 1536, None, "加上 CP 也没有一种放得下", ()),
-    ("7B", 64, 16, 131072, "只用 (DP, PP, TP) 放不下，加上 CP 才放得下：(4, 1, 4) CP 4", ("32768 个位置", "要实测")),
+    ("7B", 64, 16, 131072, "只用 (DP, PP, TP) 放不下，加上 CP 才放得下：(4, 1, 4) CP 4", ("32768 个位置", "这里 1 × 32768", "要实测")),
     ("1.3B", 8, 64, None, "CP 没被选上：带上它最好的 (4, 1, 1) CP 2", ("逐项：CP 0.00 → 0.04 s",)),
     ("1.3B", 1, 8, None, "CP 在这里没有别的可行大小：(1, 1, 1) 就是最好的", ()),
     ("175B", 1024, 1536, None, "规划器选了 CP：(4, 32, 2) CP 4 30.24 s", ("快 2.3%", "TP 1.68 → 0.24", "要实测")),
@@ -198,6 +199,8 @@ def test_demo4_with_an_moe_and_a_long_sequence_from_the_command_line():
     _, out = main_quietly(code4.main, ["--demo", "4", "--plan-model", "8x7B", "--plan-gpus", "256",
                                        "--global-batch", "4096"])
     assert "EP s" in out and "规划器选了 EP" in out and "只有一个可以对照" in out and "N 是每个 token 用到的参数" in out
+    flat = re.sub(r"\n\s*", "", out)
+    assert "46.7B 参数，其中专家 45.1B" in flat and "只用到 12.9B" in flat
     _, out = main_quietly(code4.main, ["--demo", "4", "--plan-model", "7B", "--plan-gpus", "64", "--global-batch", "16",
                                        "--plan-seq-len", "131072"])
     assert "EP s" not in out and "加上 CP 才放得下" in out and "× 131072 token" in out

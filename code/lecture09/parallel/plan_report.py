@@ -43,6 +43,10 @@ def run_demo4(setup, out=print_wrapped):
     out(f"(DP, PP, TP) = (数据并行, 流水线并行, 张量并行)，DP × PP × TP = {cluster.n_gpus}；micro-batch {setup.micro_batch}，"
         f"1F1B；ZeRO-{setup.zero_stage} 分片在数据并行组里；激活用{ {'none': '不重算', 'selective': '选择性重算', 'full': '全重算'}[setup.recompute] }"
         f"（Korthikanti et al. 2022）；显存 = 模型状态 + 阶段 0 的激活，一张卡 {cluster.gpu_memory_bytes / mm.GB:g} GB。")
+    if parallel_plan.is_moe(model):
+        out(f"{model.name} 是混合专家模型 MoE：{model.n_params / 1e9:.1f}B 参数，其中专家 {model.n_expert_params / 1e9:.1f}B；"
+            f"每层 {model.n_experts} 个专家、每个 token 去 {model.top_k} 个，只用到 {model.n_active_params / 1e9:.1f}B；"
+            f"容量因子 {model.capacity_factor:g}（我们定的）。")
     out("时间 = 计算 ÷ (1 − 气泡) + TP + PP + DP 通信（α–β 模型，通信和计算不重叠：偏悲观）；计算按 6·N·D·(1 + s/6h)，"
         "s/6h 是注意力的 QKᵀ 和 AV" + ("（N 是每个 token 用到的参数）" if parallel_plan.is_moe(model) else "") +
         "；最后一列是另一头的界："
@@ -235,8 +239,8 @@ def dimension_sentence(dims, model, micro_batch):
     if not text:                # one GPU, or no other size divides the cluster and the sequence
         text = f"{'、'.join(names)} 在这里没有别的可行大小：{best.plan} 就是最好的。"
     if best.plan.cp > 1:
-        text += (f"规划器的利用率是固定的，不管每卡每个 micro-batch 只剩 {micro_batch} × {model.seq_len // best.plan.cp} "
-                 "个位置：块这么小时 GPU 还跑不跑得满，规划器不知道，要实测。")
+        text += (f"规划器的利用率是固定的，不管每卡每个 micro-batch 剩多少个位置（这里 {micro_batch} × "
+                 f"{model.seq_len // best.plan.cp}）：序列切短以后 GPU 还跑不跑得满，规划器不知道，要实测。")
     return text
 
 
