@@ -200,7 +200,7 @@ def test_demo4_with_an_moe_and_a_long_sequence_from_the_command_line():
                                        "--global-batch", "4096"])
     assert "EP s" in out and "规划器选了 EP" in out and "只有一个可以对照" in out and "N 是每个 token 用到的参数" in out
     flat = re.sub(r"\n\s*", "", out)
-    assert "46.7B 参数，其中专家 45.1B" in flat and "只用到 12.9B" in flat
+    assert "46.7B 参数，其中专家 45.1B" in flat and "12.9B；容量因子 1.25（我们定的）" in flat
     _, out = main_quietly(code4.main, ["--demo", "4", "--plan-model", "7B", "--plan-gpus", "64", "--global-batch", "16",
                                        "--plan-seq-len", "131072"])
     assert "EP s" not in out and "加上 CP 才放得下" in out and "× 131072 token" in out
