@@ -79,6 +79,13 @@ def test_section_3_claims(outputs):
     for cells in ("166,936 / 166,936 / 166,936 / 166,936", "221,184 / 148,992 / 148,992 / 148,576"):
         assert cells in section and cells in out3_4
     assert "分到 1 / 3 / 3 / 10 个张量" in unwrapped(out3_4)                           # "it gets only 1 tensor"
+    # §3.4's mixed-precision accounts, row by row against demo 2's table (issue 26, item 4)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in notes_section(NOTES, "### 3.4").splitlines()
+            if re.match(r"\| (ZeRO|Megatron)：", line)]
+    assert len(rows) == 4
+    printed = {line.split("  ")[0]: line.split() for line in out3.splitlines() if re.match(r"^(ZeRO|Megatron)：", line)}
+    for row in rows:
+        assert printed[row[0]] == [t for cell in row for t in cell.split()], row
     for figure in ("333,872", "667,744", "1,335,488", "83,468"):
         assert figure in notes_section(NOTES, "### 3.5") and figure in out3
 

@@ -2,6 +2,7 @@
 against plain AdamW, flags, a quick run and Ctrl-C."""
 
 import math
+import re
 import subprocess
 import sys
 
@@ -275,3 +276,26 @@ def test_demo4_names_every_tensor_once_on_the_rank_that_owns_it():
     assert sorted(names) == sorted(expected)                      # each tensor on exactly one rank
     assert [len(x["torch_tensor_names"]) for x in ranks] == [x["torch_tensors_owned"] for x in ranks]
     assert "PyTorch 的 rank 0：" in out and "blocks.0.attn.qkv.weight" in out
+
+
+def test_mixed_precision_accounts_by_hand():
+    """ZeRO §3.1: 2 + 2 + 12; Megatron-Core's distributed-optimizer table: 20 / 4 + 16/d,
+    18 / 6 + 12/d, 16 / 8 + 8/d. ZeRO-1's bytes per GPU are the first row's at every d."""
+    rows = {a.name: a for a in mm.PRECISION_ACCOUNTS}
+    assert [a.bytes_per_param() for a in mm.PRECISION_ACCOUNTS] == [16, 20, 18, 16]
+    assert [a.bytes_per_param(64) for a in mm.PRECISION_ACCOUNTS] == [4 + 12 / 64, 4 + 16 / 64, 6 + 12 / 64, 8 + 8 / 64]
+    assert rows["Megatron：bf16 参数、fp32 主梯度"].bytes_per_param(64) == 6.1875
+    for d in (1, 8, 64, 1024):
+        assert mm.PRECISION_ACCOUNTS[0].bytes_per_param(d) * 7.5e9 == pytest.approx(mm.zero_bytes_per_gpu(7.5e9, d, 1))
+
+
+def test_demo2_prints_the_accounts_and_follows_k():
+    _, out = main_quietly(code3.main, ["--demo", "2"])
+    assert re.search(r"^Megatron：bf16 参数、fp32 主梯度 +18 +6 \+ 12/d +6\.19 +46\.4 ", out, re.M)
+    assert re.search(r"^ZeRO：fp16，K = 12 +16 +4 \+ 12/d +4\.19 +31\.4 ", out, re.M)
+    flat = re.sub(r"\n\s*", "", out)
+    assert "每个参数 18 字节，ZeRO 的记账 16 字节；分优化器以后（d = 64）是 6.19 对 4.19" in flat
+    _, out = main_quietly(code3.main, ["--demo", "2", "--k", "8", "--psi-gpus", "8"])
+    assert re.search(r"^ZeRO：fp16，K = 8 +12 +4 \+ 8/d +5\.00 ", out, re.M)
+    flat = re.sub(r"\n\s*", "", out)
+    assert "ZeRO 的记账 12 字节；分优化器以后（d = 8）是 7.50 对 5.00" in flat and "差越接近 2 字节" in flat

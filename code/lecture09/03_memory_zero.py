@@ -249,7 +249,27 @@ def run_demo2(setup, out=print_wrapped):
         rows.append((mm.ZERO_NAMES[stage], mm.zero_collectives(stage), f"{elements / psi:.0f}Ψ",
                      f"{sent / mm.GB:.1f}", f"{seconds:.2f}"))
     print_table(["阶段", "做什么", "元素数", "每卡发送 GB", "秒"], rows)
-    return {"figure1_bytes": fig1_bytes, "tables": tables, "comm": comm}   # tables: bytes per GPU
+
+    print()
+    out(f"混合精度的几种记账 mixed-precision accounting（字节/参数；'分优化器'= ZeRO-1 或 Megatron-Core 的分布式优化器，"
+        f"d = {n_fig} 个数据并行副本；GB 按 Ψ = {psi / 1e9:g}B）：")
+    accounts = precision_accounts(k)
+    precision = [(a.name, f"{a.bytes_per_param():g}", f"{a.kept} + {a.sharded}/d", f"{a.bytes_per_param(n_fig):.2f}",
+                  f"{a.bytes_per_param(n_fig) * psi / mm.GB:.1f}", a.where) for a in accounts]
+    print_table(["记账", "不分", "分优化器", f"d = {n_fig}", "GB", "谁这样用"], precision,
+                aligns=["<", ">", "<", ">", ">", "<"])
+    out("ZeRO 那一行 = fp16 参数 2 + fp16 梯度 2 + 优化器状态 K（--k；Adam 的 fp32 主权重、m、v 各 4 是 12）；Megatron 的三行取自 Megatron-Core 的分布式"
+        "优化器文档（Distributed Optimizer），它和 ZeRO-1 一样只分优化器的状态；bf16 训练在 fp32 的主梯度 main_grad "
+        "里累加、求和梯度。")
+    return {"figure1_bytes": fig1_bytes, "tables": tables, "comm": comm,   # tables: bytes per GPU
+            "accounts": accounts}
+
+
+def precision_accounts(k):
+    """memory_model.PRECISION_ACCOUNTS with ZeRO's row at this --k (12: Adam's fp32 copy, m, v)."""
+    zero, *rest = mm.PRECISION_ACCOUNTS
+    name = f"ZeRO：fp16，K = {k}"
+    return [replace(zero, name=name, sharded=k), *rest]
 
 
 def demo2_observations(setup, r, out=print_wrapped):
@@ -267,6 +287,16 @@ def demo2_observations(setup, r, out=print_wrapped):
     out(f" 3. {last} 在 {max(setup.zero_gpus)} 张卡上：ZeRO-1 每卡 {fmt_gb(per_stage[1])} GB，"
         f"ZeRO-3 {fmt_gb(per_stage[3])} GB。" + ("模型状态放下了，激活还得另想办法（重算、流水线、张量并行，第 4 节）。"
                                              if per_stage[3] <= mm.A100_MEMORY_BYTES else "仍然放不下。"))
+    out(" 4. " + precision_sentence(r["accounts"], setup.figure1_gpus))
+
+
+def precision_sentence(accounts, d):
+    """Demo 2: ZeRO's row against Megatron-Core's bf16 row, unsharded and with d replicas."""
+    zero, bf16 = accounts[0], accounts[2]
+    return (f"记账不同，字节也不同：bf16 参数加 fp32 主梯度每个参数 {bf16.bytes_per_param():g} 字节，"
+            f"ZeRO 的记账 {zero.bytes_per_param():g} 字节；分优化器以后（d = {d}）是 {bf16.bytes_per_param(d):.2f} 对 "
+            f"{zero.bytes_per_param(d):.2f}：留在每个副本上不分的，一边是 {bf16.kept} 字节（bf16 参数 2 + fp32 主梯度 4），"
+            f"一边是 {zero.kept} 字节（fp16 参数 2 + fp16 梯度 2）。d 越大，差越接近 {bf16.kept - zero.kept} 字节。")
 
 
 # =============================================================================

@@ -125,6 +125,30 @@ def zero_comm_elements(n_params, stage):
     return (3 if stage == 3 else 2) * n_params
 
 
+@dataclass(frozen=True)
+class PrecisionAccount:
+    """Bytes per parameter of one mixed-precision recipe: kept bytes stay on every
+    data-parallel replica, sharded bytes (the optimizer's) are split d ways."""
+    name: str
+    kept: int
+    sharded: int
+    where: str
+
+    def bytes_per_param(self, d=1):
+        return self.kept + self.sharded / d
+
+
+# ZeRO's accounting (Rajbhandari et al. 2020, §3.1) and the three rows of Megatron-Core's
+# distributed-optimizer table (its "Distributed Optimizer" guide: 20 / 4 + 16/d, 18 / 6 + 12/d,
+# 16 / 8 + 8/d). The distributed optimizer shards what ZeRO-1 shards: the optimizer's state.
+PRECISION_ACCOUNTS = (
+    PrecisionAccount("ZeRO：fp16，K = 12", 4, 12, "ZeRO 论文、DeepSpeed"),
+    PrecisionAccount("Megatron：fp16 参数、fp16 梯度", 4, 16, "Megatron 的 fp16 训练"),
+    PrecisionAccount("Megatron：bf16 参数、fp32 主梯度", 6, 12, "Megatron 的 bf16 训练"),
+    PrecisionAccount("Megatron：fp32 参数、fp32 梯度", 8, 8, "全 fp32，没有主权重"),
+)
+
+
 def zero_collectives(stage):
     """What each stage sends per step, in words."""
     return {0: "all-reduce 梯度", 1: "reduce-scatter 梯度 + all-gather 参数",
