@@ -44,6 +44,7 @@ except ModuleNotFoundError:
 from lecture09.ranks import alpha_beta
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
+from lecture09.parallel.checkpoint_report import CheckpointSetup, demo5_observations, run_demo5
 from lecture09.parallel.zero_report import (MAX_RANKS, count_tiny_gpt,  # noqa: F401  (count_tiny_gpt: the tests')
                                            demo4_observations, run_demo3, run_demo4)
 from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
@@ -318,7 +319,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 3：显存、FLOPs 和 ZeRO (lecture 9 code 3: memory, FLOPs and ZeRO)",
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1-2 demos 1-2（纯算术 arithmetic）")
     g1.add_argument("--gpus", type=positive_int, nargs="+", default=list(s.zero_gpus), metavar="N",
@@ -341,7 +342,15 @@ def parse_args(argv=None):
                     help="每步的序列数，要能被 --ranks 整除 sequences per step (default %(default)s)")
     g2.add_argument("--model-seed", type=non_negative_int, default=r.model_seed, help="初始权重的种子 model init seed (default %(default)s)")
     g2.add_argument("--data-seed", type=non_negative_int, default=r.data_seed, help="数据顺序的种子 data order seed (default %(default)s)")
+    c = CheckpointSetup()
+    g5 = p.add_argument_group("演示 5 demo 5（激活重算 activation checkpointing）")
+    g5.add_argument("--ckpt-layers", type=int_in(1, 64), default=c.n_layer,
+                    help="深一点的模型有几层，1–64 blocks of the deeper model (default %(default)s)")
+    g5.add_argument("--ckpt-batch", type=int_in(1, 64), default=c.batch, help="batch（序列数）1–64 (default %(default)s)")
     args = p.parse_args(argv)
+    ckpt = replace(c, n_layer=args.ckpt_layers, batch=args.ckpt_batch)
+    if args.quick:
+        ckpt = replace(ckpt, n_layer=min(ckpt.n_layer, 4), repeats=1)
     memory = replace(s, zero_gpus=tuple(args.gpus), k=args.k, figure1_params=args.psi_b * 1e9,
                      figure1_gpus=args.psi_gpus, utilisation=args.utilisation, cluster_gpus=args.cluster_gpus)
     real = replace(r, ranks=args.ranks, steps=args.steps, batch_size=args.batch_size,
@@ -350,11 +359,11 @@ def parse_args(argv=None):
         real = replace(real, **QUICK_REAL)
     if real.batch_size % real.ranks:
         p.error(f"--batch-size {real.batch_size} 不能被 --ranks {real.ranks} 整除 (must be divisible)")
-    return args, memory, real
+    return args, memory, real, ckpt
 
 
 def main(argv=None):
-    args, memory, real = parse_args(argv)
+    args, memory, real, ckpt = parse_args(argv)
     started = time.perf_counter()
     results = {}
     if args.demo in ("1", "all"):
@@ -365,7 +374,7 @@ def main(argv=None):
         results["demo2"] = run_demo2(memory)
         demo2_observations(memory, results["demo2"])
         print()
-    if args.demo in ("3", "4", "all"):
+    if args.demo in ("3", "4", "5", "all"):
         from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("3", "all"):
@@ -374,6 +383,11 @@ def main(argv=None):
     if args.demo in ("4", "all"):
         results["demo4"] = run_demo4(real)
         demo4_observations(real, results["demo4"])
+    if args.demo in ("5", "all"):
+        if args.demo == "all":
+            print()
+        results["demo5"] = run_demo5(ckpt)
+        demo5_observations(ckpt, results["demo5"])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 
