@@ -350,7 +350,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     ckpt = replace(c, n_layer=args.ckpt_layers, batch=args.ckpt_batch)
     if args.quick:
-        ckpt = replace(ckpt, n_layer=min(ckpt.n_layer, 4), repeats=1)
+        ckpt = replace(ckpt, n_layer=min(ckpt.n_layer, 4), repeats=0)
     memory = replace(s, zero_gpus=tuple(args.gpus), k=args.k, figure1_params=args.psi_b * 1e9,
                      figure1_gpus=args.psi_gpus, utilisation=args.utilisation, cluster_gpus=args.cluster_gpus)
     real = replace(r, ranks=args.ranks, steps=args.steps, batch_size=args.batch_size,
