@@ -86,6 +86,20 @@ def test_section_3_claims(outputs):
     printed = {line.split("  ")[0]: line.split() for line in out3.splitlines() if re.match(r"^(ZeRO|Megatron)：", line)}
     for row in rows:
         assert printed[row[0]] == [t for cell in row for t in cell.split()], row
+    # §3.2's measured saved bytes and the every-k table, row by row (issue 26, item 2); ms columns are
+    # the machine's and the notes leave them out
+    section = notes_section(NOTES, "### 3.2")
+    measured = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+                if re.match(r"\| [18] 层 \|", line)]
+    assert len(measured) == 6
+    printed = [line.split() for line in out3.splitlines() if re.match(r"^[18] 层 ", line)]
+    for row, line in zip(measured, printed):
+        assert line[:-2] == [t for cell in row for t in cell.split()], (row, line)
+    every = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if re.match(r"\| \d \| \d \|", line)]
+    printed = [line.split() for line in out3.splitlines() if re.match(r"^\d +\d +\d+\.\d\d +", line)]
+    assert len(every) == 4 and [line[:-1] for line in printed] == every
+    assert "实测和公式只差 LayerNorm 存的均值和 1/σ：每块多 12,288 字节" in unwrapped(out3)
+    assert "梯度和不重算逐位相同" in unwrapped(out3) and "上界最小在 k = 1" in unwrapped(out3)
     for figure in ("333,872", "667,744", "1,335,488", "83,468"):
         assert figure in notes_section(NOTES, "### 3.5") and figure in out3
 
