@@ -23,6 +23,7 @@ SWEEPS = {
         ["--demo", "2", "--gpus", "1", "100000"], ["--demo", "2", "--k", "1"], ["--demo", "2", "--psi-b", "1000"],
         ["--demo", "2", "--psi-gpus", "1"], ["--demo", "3"],
         ["--demo", "5", "--quick", "--ckpt-layers", "1", "--ckpt-batch", "1"], ["--demo", "5", "--quick", "--ckpt-batch", "64"],
+        ["--demo", "6", "--quick", "--fsdp-layers", "1"], ["--demo", "6", "--quick", "--fsdp-layers", "8", "--ranks", "4"],
     ],
     "04_pipeline.py": [
         ["--demo", "1", "--stages", "1", "--micro-batches", "1"], ["--demo", "1", "--stages", "16", "--micro-batches", "2"],

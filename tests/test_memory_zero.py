@@ -151,11 +151,11 @@ def quick():
 
 def test_quick_run_prints_every_demo(quick):
     _, text = quick
-    for title in ("演示 1", "演示 2", "演示 3", "演示 4"):
+    for title in ("演示 1", "演示 2", "演示 3", "演示 4", "演示 5", "演示 6"):
         assert title in text
     assert "120.0 → 31.4 → 16.6 → 1.9 GB" in text          # Figure 1, computed
     assert quick[0]["demo2"]["figure1_bytes"] == pytest.approx([120e9, 31.40625e9, 16.640625e9, 1.875e9])
-    assert text.count("观察 Observations") == 4
+    assert text.count("观察 Observations") == 6
 
 
 def test_quick_output_fits_a_projector(quick):
@@ -192,7 +192,7 @@ def test_zero1_shards_the_optimizer_states(quick):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [["--ranks", "5"], ["--ranks", "1"], ["--batch-size", "5"], ["--k", "-1"],
-                                  ["--gpus", "0"], ["--gpus"], ["--psi-b", "nan"], ["--psi-b", "0"], ["--demo", "5"],
+                                  ["--gpus", "0"], ["--gpus"], ["--psi-b", "nan"], ["--psi-b", "0"], ["--demo", "7"],
                                   ["--utilisation", "0"], ["--utilisation", "1.5"], ["--steps", "0"],
                                   ["--model-seed", "x"], ["--cluster-gpus", "-3"], ["--bogus"]])
 def test_nonsense_flags_exit_with_status_2(argv, capsys):

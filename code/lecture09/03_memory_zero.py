@@ -45,6 +45,7 @@ from lecture09.ranks import alpha_beta
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel.checkpoint_report import CheckpointSetup, demo5_observations, run_demo5
+from lecture09.parallel.fsdp_report import demo6_observations, run_demo6
 from lecture09.parallel.zero_report import (MAX_RANKS, count_tiny_gpt,  # noqa: F401  (count_tiny_gpt: the tests')
                                            demo4_observations, run_demo3, run_demo4)
 from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
@@ -319,7 +320,7 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 3：显存、FLOPs 和 ZeRO (lecture 9 code 3: memory, FLOPs and ZeRO)",
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1-2 demos 1-2（纯算术 arithmetic）")
     g1.add_argument("--gpus", type=positive_int, nargs="+", default=list(s.zero_gpus), metavar="N",
@@ -347,6 +348,8 @@ def parse_args(argv=None):
     g5.add_argument("--ckpt-layers", type=int_in(1, 64), default=c.n_layer,
                     help="深一点的模型有几层，1–64 blocks of the deeper model (default %(default)s)")
     g5.add_argument("--ckpt-batch", type=int_in(1, 64), default=c.batch, help="batch（序列数）1–64 (default %(default)s)")
+    g5.add_argument("--fsdp-layers", type=int_in(1, 8), default=2,
+                    help="演示 6 的 FSDP 模型有几层（也用 --ranks、--steps、--batch-size）FSDP demo blocks (default %(default)s)")
     args = p.parse_args(argv)
     ckpt = replace(c, n_layer=args.ckpt_layers, batch=args.ckpt_batch)
     if args.quick:
@@ -374,7 +377,7 @@ def main(argv=None):
         results["demo2"] = run_demo2(memory)
         demo2_observations(memory, results["demo2"])
         print()
-    if args.demo in ("3", "4", "5", "all"):
+    if args.demo in ("3", "4", "5", "6", "all"):
         from lecture01 import tiny_gpt
         tiny_gpt.use_deterministic_threads()
     if args.demo in ("3", "all"):
@@ -388,6 +391,10 @@ def main(argv=None):
             print()
         results["demo5"] = run_demo5(ckpt)
         demo5_observations(ckpt, results["demo5"])
+    if args.demo in ("6", "all"):
+        print()
+        results["demo6"] = run_demo6(real, args.fsdp_layers, timed=not args.quick)
+        demo6_observations(real, results["demo6"])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

@@ -1,0 +1,76 @@
+"""Lecture 9 code 3, demo 6: FSDP (ZeRO-3) on real gloo ranks (issue 26, item 1). Our
+FSDP and PyTorch's fully_shard each equal one process on the whole batch (ZeRO-1's
+tolerance); the peak and the traffic measured on rank 0 equal the formulas; the log shows
+the prefetch; each observation's branches."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import LECTURE09, load_script, main_quietly
+
+from lecture09.parallel import fsdp_report as report
+
+code3 = load_script(LECTURE09 / "03_memory_zero.py")
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2 ranks", "3 ranks (padded shards)"])
+def demo6(request):
+    setup = replace(code3.RealSetup(), ranks=request.param, steps=3, batch_size=6)
+    return setup, report.run_demo6(setup, 2, timed=False, out=lambda line: None)
+
+
+def test_both_fsdps_equal_one_process_and_every_rank_holds_the_same_model(demo6):
+    _, r = demo6
+    assert r["own"].ok and r["torch"].ok, (r["own"], r["torch"])
+    assert r["replicas_equal"]
+
+
+def test_peak_and_traffic_measured_equal_the_formulas(demo6):
+    setup, r = demo6
+    assert r["peak"] == r["peak_formula"] and r["traffic"] == r["traffic_formula"]
+    shards = sum(s for *_, s in r["units"])
+    assert r["peak_no_prefetch"] == shards + max(full for _, full, _ in r["units"])     # the control
+    assert r["traffic"][0] == 2 * r["traffic"][1]                                        # 2Ψ and Ψ of 3Ψ
+
+
+def test_the_log_shows_the_prefetch_and_every_unit_gathered_twice(demo6):
+    _, r = demo6
+    events = [(event, unit) for _, event, unit, _ in r["log"]]
+    names = [unit for event, unit in events if event == "前向"]
+    assert names == ["embedding", "block 0", "block 1", "head"]
+    for before, after in zip(names, names[1:]):       # the next unit's gather starts before this one computes
+        assert events.index(("all-gather 开始", after)) < events.index(("前向", before))
+    for name in names:
+        assert events.count(("all-gather 完成", name)) == 2 and events.count(("reduce-scatter 后释放", name)) == 1
+
+
+def test_formulas_by_hand():
+    units = [("a", 40, 20), ("b", 100, 50), ("c", 12, 6)]          # (name, full bytes, shard bytes), p = 2
+    assert report.peak_formula(units, 2) == 76 + 100 + 2 * 20      # b computing while a (backward) or c in flight
+    assert report.traffic_formula(units, 2) == (152, 76)
+
+
+def fake(**changes):
+    from lecture09.parallel.zero import Agreement
+    good = Agreement(1e-7, 1e-6, 1e-6)
+    r = dict(own=good, torch=good, units=[("a", 40, 20), ("b", 100, 50)], peak=210, peak_formula=210,
+             peak_no_prefetch=170, traffic=(140, 70), traffic_formula=(140, 70))
+    r.update(changes)
+    lines = []
+    report.demo6_observations(None, r, out=lines.append)
+    return lines
+
+
+def test_each_observation_branch():
+    from lecture09.parallel.zero import Agreement
+    lines = fake()
+    assert "自己写的 FSDP、PyTorch 的 fully_shard。" in lines[1] and "和公式一样" in lines[2] and "正是" in lines[3]
+    lines = fake(torch=Agreement(1e-3, 1e-3, 1e-2), peak=230, traffic=(150, 70))
+    assert "自己写的 FSDP。不一致的见上表" in lines[1] and "公式是 210" in lines[2] and "不等于" in lines[3]
+    assert "没有一个" in fake(own=Agreement(1.0, 1.0, 1.0), torch=Agreement(1.0, 1.0, 1.0))[1]
+
+
+def test_demo6_from_the_command_line_quick():
+    results, out = main_quietly(code3.main, ["--demo", "6", "--quick"])
+    assert set(results) == {"demo6"} and "--quick 不计时" in out and "OwnFSDP" in out
