@@ -100,6 +100,17 @@ def test_section_3_claims(outputs):
     assert len(every) == 4 and [line[:-1] for line in printed] == every
     assert "实测和公式只差 LayerNorm 存的均值和 1/σ：每块多 12,288 字节" in unwrapped(out3)
     assert "梯度和不重算逐位相同" in unwrapped(out3) and "上界最小在 k = 1" in unwrapped(out3)
+    # §3.7's FSDP figures (issue 26, item 1): the measured-against-formula table and the control
+    section = notes_section(NOTES, "### 3.7")
+    for label, printed_label in (("峰值参数字节", "峰值参数字节 peak"), ("每步 all-gather 收到", "每步 all-gather 收到"),
+                                 ("每步 reduce-scatter 收到", "每步 reduce-scatter 收到")):
+        row = next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
+        measured, formula = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert re.search(rf"^{printed_label} +{measured} +{formula}$", out3, re.M), label
+    bare = "".join(out3.split())                              # no spaces at all: wrapping may drop one
+    for phrase in ("同样一步不预取，峰值是 615,640（实测）", "：自己写的 FSDP、PyTorch 的 fully_shard。",
+                   "每个进程常驻的只有片：316,504 字节，整个模型是 633,008"):
+        assert "".join(phrase.split()) in bare, phrase
     for figure in ("333,872", "667,744", "1,335,488", "83,468"):
         assert figure in notes_section(NOTES, "### 3.5") and figure in out3
 
