@@ -17,6 +17,8 @@ SWEEPS = {
     "02_data_parallel.py": [
         ["--demo", "1", "--quick", "--world-size", "1"], ["--demo", "1", "--quick", "--world-size", "8", "--batch-size", "8"],
         ["--demo", "1", "--quick", "--steps", "1", "--bucket-kb", "1"], ["--demo", "2", "--quick", "--powersgd-rank", "96"],
+        ["--demo", "3", "--quick", "--steps", "1"], ["--demo", "3", "--quick", "--bucket-kb", "1048576"],
+        ["--demo", "3", "--quick", "--world-size", "8", "--batch-size", "8"],
     ],
     "03_memory_zero.py": [
         ["--demo", "1", "--cluster-gpus", "1"], ["--demo", "1", "--utilisation", "1"], ["--demo", "2", "--gpus", "1"],

@@ -32,6 +32,7 @@ gloo 进程由 gloo_ranks.py 启动和收尾，每个进程一个 torch 线程�
 fm_world.py、console.py、cli_args.py。
 """
 
+import os
 import statistics
 import sys
 import time
@@ -301,7 +302,7 @@ def parse_args(argv=None):
     s = Setup()
     p = Parser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
     p.add_argument("--world-size", type=int_in(1, 8), default=s.world_size,
                    help="gloo 进程数 W，要能整除 --batch-size (default %(default)s)")
@@ -319,7 +320,11 @@ def parse_args(argv=None):
                    help="rank 0 监听的端口；0 = 自动挑一个空闲的 (default %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=s.timeout_s,
                    help="gloo 进程最多运行几秒，超时全部停止 (default %(default)g)")
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="演示 3 把 rank 0 的 Chrome trace 写到这里（Perfetto / chrome://tracing 能打开）write the trace")
     args = p.parse_args(argv)
+    if args.trace and not os.access(os.path.dirname(os.path.abspath(args.trace)), os.W_OK):
+        p.error(f"--trace {args.trace}：目录不存在或不能写 (cannot write there)")
     if args.batch_size % args.world_size:
         p.error(f"--world-size {args.world_size} 不能整除 --batch-size {args.batch_size} "
                 f"(the world size must divide the batch)")
@@ -338,16 +343,23 @@ def main(argv=None):
     from lecture01 import tiny_gpt                      # imports torch: after parsing, so --help and bad flags are fast
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()
-    demos = ("1", "2") if args.demo == "all" else (args.demo,)
+    demos = ("1", "2", "3") if args.demo == "all" else (args.demo,)
     reference = references(setup) if "1" in demos else None
-    ranks = run_ranks(setup, demos)
+    ranks = run_ranks(setup, demos) if {"1", "2"} & set(demos) else None
     results = {}
     if "1" in demos:
         results["demo1"] = print_demo1(setup, ranks, *reference)
         print()
     if "2" in demos:
         results["demo2"] = print_demo2(setup, ranks)
-    observations(setup, results)
+    if ranks is not None:
+        observations(setup, results)
+    if "3" in demos:
+        from lecture09.parallel.profile_report import demo3_sentence, run_demo3
+        print()
+        results["demo3"] = run_demo3(setup, dp_setup(setup), args.trace)
+        print_wrapped("\n观察 Observations（演示 3）：")
+        print_wrapped(" 1. " + demo3_sentence(results["demo3"]))
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 
