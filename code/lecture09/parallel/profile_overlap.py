@@ -1,5 +1,5 @@
 """Code 02's demo 3: the bucketed-overlap variant on gloo ranks under torch.profiler (lecture 9,
-notes §2.8). The last of the steps is profiled, the others warm up; rank 0's Chrome trace (openable
+notes §2.5). The last of the steps is profiled, the others warm up; rank 0's Chrome trace (openable
 in Perfetto or chrome://tracing) is read back, and the console timeline, the exposed and the
 hidden communication are computed from the trace's own events:
 

@@ -1,5 +1,5 @@
 """Code 02's demo 3, printed: the console timeline drawn from the profiler's trace, and the
-exposed communication by the trace beside the script's own clock (notes §2.8)."""
+exposed communication by the trace beside the script's own clock (notes §2.5)."""
 
 import sys
 import time
