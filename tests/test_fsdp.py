@@ -74,3 +74,9 @@ def test_each_observation_branch():
 def test_demo6_from_the_command_line_quick():
     results, out = main_quietly(code3.main, ["--demo", "6", "--quick"])
     assert set(results) == {"demo6"} and "--quick 不计时" in out and "OwnFSDP" in out
+
+
+def test_ctrl_c_during_the_fsdp_ranks_stops_everything_with_one_line():
+    from conftest import interrupt_when_ranks_run
+    status, err, left = interrupt_when_ranks_run([str(LECTURE09 / "03_memory_zero.py"), "--demo", "6", "--steps", "500"], 2)
+    assert status == 130 and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)" and not left

@@ -83,3 +83,4 @@ def test_a_real_run_writes_a_trace_with_one_all_reduce_per_bucket(tmp_path):
 def test_a_trace_path_that_cannot_be_written_is_one_line_and_status_2(tmp_path):
     assert_one_line_status_2(LECTURE09 / "02_data_parallel.py", ["--demo", "3", "--trace", str(tmp_path / "no" / "t.json")],
                              "--trace")
+
