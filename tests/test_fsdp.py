@@ -23,7 +23,7 @@ def demo6(request):
 def test_both_fsdps_equal_one_process_and_every_rank_holds_the_same_model(demo6):
     _, r = demo6
     assert r["own"].ok and r["torch"].ok, (r["own"], r["torch"])
-    assert r["replicas_equal"]
+    assert r["replicas_equal"] and r["same_without_prefetch"]         # prefetch changes when, not what
 
 
 def test_peak_and_traffic_measured_equal_the_formulas(demo6):
@@ -80,3 +80,11 @@ def test_ctrl_c_during_the_fsdp_ranks_stops_everything_with_one_line():
     from conftest import interrupt_when_ranks_run
     status, err, left = interrupt_when_ranks_run([str(LECTURE09 / "03_memory_zero.py"), "--demo", "6", "--steps", "500"], 2)
     assert status == 130 and err.strip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)" and not left
+
+
+def test_the_prefetch_time_words_follow_the_medians():
+    base = dict(same_without_prefetch=True)
+    assert "--quick 不计时" in report.prefetch_time_words({**base, "timing": None})
+    assert "预取每步快 2.0 ms" in report.prefetch_time_words({**base, "timing": (0.010, 0.012)})
+    assert "预取没有更快（[实测] 12.0 对 10.0 ms）" in report.prefetch_time_words({**base, "timing": (0.012, 0.010)})
+    assert "不该如此" in report.prefetch_time_words({"same_without_prefetch": False, "timing": None})

@@ -189,27 +189,36 @@ class OwnFSDP:
         return torch.cat([by_name[name] for name, _ in self.model.named_parameters()])
 
 
-def fsdp_worker(rank, world_size, run, xs, ys):
-    """Rank body: our FSDP, then PyTorch's fully_shard, from the same start; both final flat
-    weights, the peak parameter bytes and the traffic of one step, and step 0's log."""
+def train_own(run, xs, ys, rank, world_size, prefetch=True):
+    """OwnFSDP for run.steps steps: (the instance, wall seconds per step, step 0's log and
+    traffic). Each step starts at a barrier, so the ranks' clocks start together."""
     mine = zero._local_slice(run, rank, world_size)
-    out = {}
-    model = tiny_gpt.make_model(run.config, run.model_seed)
-    own = OwnFSDP(model, rank, world_size, run.train)
+    own = OwnFSDP(tiny_gpt.make_model(run.config, run.model_seed), rank, world_size, run.train, prefetch)
+    seconds, first = [], None
     for step in range(run.steps):
         own.log.clear()
         own.gathered_bytes = own.scattered_bytes = 0
+        dist.barrier()
+        start = time.perf_counter()
         own.loss(xs[step][mine], ys[step][mine]).backward()
         own.step(zero._lr(step, run), run.train.clip_norm)
+        seconds.append(time.perf_counter() - start)
         if step == 0:
-            out["log"] = list(own.log)
-            out["traffic"] = (own.gathered_bytes, own.scattered_bytes)
-    out["own"] = own.full_flat()
-    out["shard_bytes"] = sum(u.shard.numel() * 4 for u in own.units)
-    out["unit_bytes"] = [(u.name, u.n * 4, u.shard_len * 4) for u in own.units]
-    control = OwnFSDP(tiny_gpt.make_model(run.config, run.model_seed), rank, world_size, run.train, prefetch=False)
-    control.loss(xs[0][mine], ys[0][mine]).backward()                    # the control: one step, no prefetch
-    out["peak_no_prefetch"] = max(held for *_, held in control.log)
+            first = (list(own.log), (own.gathered_bytes, own.scattered_bytes))
+    return own, seconds, first
+
+
+def fsdp_worker(rank, world_size, run, xs, ys):
+    """Rank body: our FSDP with prefetch, the same without (the control), then PyTorch's
+    fully_shard, from the same start; final flat weights, step 0's log and traffic, the
+    peaks, and the seconds per step of both of ours."""
+    own, seconds, (log, traffic) = train_own(run, xs, ys, rank, world_size)
+    control, control_seconds, (control_log, _) = train_own(run, xs, ys, rank, world_size, prefetch=False)
+    out = {"log": log, "traffic": traffic, "own": own.full_flat(), "own_no_prefetch": control.full_flat(),
+           "seconds": seconds, "seconds_no_prefetch": control_seconds,
+           "peak_no_prefetch": max(held for *_, held in control_log),
+           "shard_bytes": sum(u.shard.numel() * 4 for u in own.units),
+           "unit_bytes": [(u.name, u.n * 4, u.shard_len * 4) for u in own.units]}
     out["torch"] = torch_fully_shard_run(run, xs, ys, rank, world_size)
     return out
 

@@ -67,7 +67,16 @@ def run_demo6(real, n_layer, timed=True, out=print_wrapped):
     out(f"公式：峰值 = 各单元的片（{sum(s for *_, s in units):,}）+ 相邻两个单元同时收齐（一个在算、一个在预取）；"
         f"流量按第 3.4 节 ZeRO-3 的 3Ψ：前向、反向各 all-gather 一次（2Ψ），reduce-scatter 一次（Ψ），每次收 (p − 1)/p，"
         "fp32 每个数 4 字节。" + ("ms 是这台机器的，换一台会变。" if timed else "--quick 不计时。"))
-    return {"run": run, "own": own, "torch": torch_fsdp, "peak": peak, "peak_formula": formula,
+    if timed:
+        import statistics
+        steps = lambda key: [max(r[key][i] for r in ranks) for i in range(1, run.steps)] or [ranks[0][key][0]]
+        timing = (statistics.median(steps("seconds")), statistics.median(steps("seconds_no_prefetch")))
+        out(f"[实测 measured] 每步用时的中位数（第 2 步起，取最慢的进程）：预取 {timing[0] * 1e3:.1f} ms，"
+            f"不预取 {timing[1] * 1e3:.1f} ms（同样的步、同样的数据；这台机器的数，换一台会变）。")
+    else:
+        timing = None
+    return {"run": run, "own": own, "torch": torch_fsdp, "peak": peak, "peak_formula": formula, "timing": timing,
+            "same_without_prefetch": all(bool((r["own"] == r["own_no_prefetch"]).all()) for r in ranks),
             "peak_no_prefetch": r0["peak_no_prefetch"],
             "traffic": (gathered, scattered), "traffic_formula": (f_gather, f_scatter), "units": units,
             "log": r0["log"], "ranks": ranks, "world_size": real.ranks,
@@ -86,9 +95,20 @@ def demo6_observations(real, r, out=print_wrapped):
     out(f" 2. 每个进程常驻的只有片：{sum(s for *_, s in r['units']):,} 字节，整个模型是 {total:,}。峰值 {r['peak']:,} 字节"
         + ("，和公式一样" if r["peak"] == r["peak_formula"] else f"，公式是 {r['peak_formula']:,}")
         + "：一个单元在算时，下一个单元的 all-gather 已经在路上，所以同时有两个单元的参数。对照：同样一步不预取，"
-        f"峰值是 {r['peak_no_prefetch']:,}（实测）。预取多占的这份内存是为了让通信和计算重叠；"
-        "这台机器上的 gloo 重叠了多少，这里没有测（练习 11）。")
+        f"峰值是 {r['peak_no_prefetch']:,}（实测）。" + prefetch_time_words(r))
     same = r["traffic"] == r["traffic_formula"]
     out(f" 3. 每步的流量{'正是' if same else '不等于'} 3Ψ 的分账：all-gather 收到 {r['traffic'][0]:,} 字节（前向、反向各一次），"
         f"reduce-scatter {r['traffic'][1]:,}。比 ZeRO-1 多的那一次 all-gather，换来参数也只存 1/p。"
         "最后一个单元前向刚放掉、反向马上又要：表 (b) 里它被收了两次；PyTorch 的 FSDP2 默认不在前向后放掉根模块的参数，就是为这个。")
+
+
+def prefetch_time_words(r):
+    """What the control run says about prefetch's time, from its medians (None under --quick)."""
+    same = ("不预取训练出的权重和预取的逐位相同：预取只改变什么时候收参数，不改变算什么。"
+            if r.get("same_without_prefetch", True) else "不预取训练出的权重和预取的不同（不该如此）。")
+    if r.get("timing") is None:
+        return same + "--quick 不计时。"
+    fast, slow = r["timing"]
+    verdict = (f"这台机器上预取每步快 {(slow - fast) * 1e3:.1f} ms（[实测]）" if fast < slow else
+               f"这台机器上预取没有更快（[实测] {fast * 1e3:.1f} 对 {slow * 1e3:.1f} ms）")
+    return same + verdict + "：多占的那份内存是为了让通信和计算重叠，重叠多少看机器（练习 11）。"
