@@ -99,7 +99,8 @@ def demo6_observations(real, r, out=print_wrapped):
     same = r["traffic"] == r["traffic_formula"]
     out(f" 3. 每步的流量{'正是' if same else '不等于'} 3Ψ 的分账：all-gather 收到 {r['traffic'][0]:,} 字节（前向、反向各一次），"
         f"reduce-scatter {r['traffic'][1]:,}。比 ZeRO-1 多的那一次 all-gather，换来参数也只存 1/p。"
-        "最后一个单元前向刚放掉、反向马上又要：表 (b) 里它被收了两次；PyTorch 的 FSDP2 默认不在前向后放掉根模块的参数，就是为这个。")
+        "最后一个单元前向刚放掉、反向马上又要：表 (b) 里它被收了两次。PyTorch 的 FSDP2 对根模块默认不在前向后放掉参数，"
+        "它的文档字符串（fully_shard 的 reshard_after_forward）给的理由正是这个。")
 
 
 def prefetch_time_words(r):
