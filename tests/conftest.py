@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LECTURE01 = ROOT / "code" / "lecture01"
 LECTURE09 = ROOT / "code" / "lecture09"
 
+# The sweep tier: a legal-extreme flag sweep (or a second fault run) of a demo that trains or
+# starts processes. Such a run checks a branch of the words, not the mechanism a quick run
+# already checks, and a few seconds each add up to minutes: the full suite runs them
+# (`-m "slow or not slow"`, or `-m sweep` alone); the five-minute part (`-m "not slow"`) not.
+SWEEP_TIER = (pytest.mark.slow, pytest.mark.sweep)
+
 
 def load_script(path):
     """Import a numbered script as a module named after its file (without running main)."""
@@ -112,6 +118,20 @@ def main_quietly(main, argv):
     with contextlib.redirect_stdout(buffer):
         results = main(argv)
     return results, buffer.getvalue()
+
+
+_SHARED_RUNS = {}
+
+
+def shared_quick_run(script, argv=("--quick",)):
+    """(results, output) of main(argv) of a lecture-9 script, run once per test session and
+    shared by every module that reads it (a module must not change what it gets): e.g. the
+    tests of demos 5, 6 and 7 read code 4's one quick run, not three runs of their own."""
+    key = (script, tuple(argv))
+    if key not in _SHARED_RUNS:
+        module = sys.modules.get("script_" + Path(script).stem) or load_script(LECTURE09 / script)
+        _SHARED_RUNS[key] = main_quietly(module.main, list(argv))
+    return _SHARED_RUNS[key]
 
 
 # --- Ctrl-C as a terminal sends it: SIGINT to the script's whole process group ----------

@@ -381,6 +381,8 @@ SWEEP = [
 
 
 @needs_hivemind
+@pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("argv", SWEEP, ids=[" ".join(a[1:]) for a in SWEEP])
 def test_legal_extreme_flags_run_and_say_only_what_happened(argv):
     from lecture01.console import display_width

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, SWEEP_TIER, load_script
 
 code5 = load_script(LECTURE09 / "05_decentralized.py")
 TOL = code5.compressed_dp.DELTA_TOLERANCE_BPC
@@ -23,7 +23,8 @@ def _expected_help_words(gain):
     return "几乎没有影响"
 
 
-@pytest.mark.parametrize("argv", [[], ["--topk-ratio", "0.1"], ["--topk-ratio", "0.001"], ["--sgd-momentum", "0.9", "--sgd-lr", "0.1"]])
+@pytest.mark.parametrize("argv", [[], *(pytest.param(a, marks=SWEEP_TIER) for a in (
+    ["--topk-ratio", "0.1"], ["--topk-ratio", "0.001"], ["--sgd-momentum", "0.9", "--sgd-lr", "0.1"]))])
 def test_error_feedback_words_follow_the_numbers(argv, capsys):
     rows = code5.main(["--quick", "--demo", "2", "--jobs", "1", *argv])["demo2"]
     out = _flat(capsys.readouterr().out)

@@ -83,10 +83,16 @@ def test_worker_momentum_by_hand_and_the_receiver_keeps_none():
     assert not isinstance(plain, LyingWorkers)
 
 
-def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3():
+@pytest.fixture(scope="module")
+def quick_run():
+    """(results, output) of the quick run, shared by the tests that read it."""
+    return main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
+
+
+def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3(quick_run):
     results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1", "--worker-momentum", "0.9"])
     assert "发 动量 momentum β = 0.9" in out and "topk 的动量（β = 0.9）" in out
-    results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
+    results, out = quick_run
     assert "momentum" not in out and "发 fp32" in out
 
 
@@ -208,9 +214,9 @@ def test_the_median_line_says_what_n_needs():
 
 # --- the script ---------------------------------------------------------------------------
 
-def test_quick_run_prints_every_table_within_100_columns():
+def test_quick_run_prints_every_table_within_100_columns(quick_run):
     from lecture01.console import display_width
-    results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
+    results, out = quick_run
     assert "表 (1)" in out and "表 (2)" in out and "表 (3)" in out
     assert all(display_width(line) <= 100 for line in out.splitlines())
     assert set(results["table"]) == {(a, t) for a in ("mean", "median", "trimmed-mean") for t in ("none", "alie")}

@@ -293,6 +293,8 @@ SWEEP = [
 
 
 @needs_torchft
+@pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("argv", SWEEP, ids=[" ".join(a[1:]) for a in SWEEP])
 def test_legal_extreme_flags_run_and_say_only_what_happened(argv):
     """Issue 21's standard for code 9: each legal extreme ends cleanly, fits 100 columns,

@@ -4,7 +4,7 @@ attention layer for p = 2, 3, 4 and both layouts, every branch of the observatio
 
 import pytest
 
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
 
 from lecture09.parallel import context_parallel as cp
 from lecture09.parallel import context_parallel_report as report
@@ -75,7 +75,7 @@ def test_ring_and_ulysses_equal_the_whole_sequence(p):
 
 @pytest.fixture(scope="module")
 def quick7():
-    return main_quietly(code4.main, ["--demo", "7", "--quick"])
+    return shared_quick_run("04_pipeline.py")              # demo 7 is part of it
 
 
 def test_quick_demo7(quick7):

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
 
 from lecture09.parallel import expert_parallel as ep
 from lecture09.parallel import expert_parallel_report as report
@@ -139,7 +139,7 @@ def test_capacity_rows_trade_drops_for_bytes():
 
 @pytest.fixture(scope="module")
 def quick6():
-    return main_quietly(code4.main, ["--demo", "6", "--quick"])
+    return shared_quick_run("04_pipeline.py")              # demo 6 is part of it
 
 
 def test_quick_demo6(quick6):

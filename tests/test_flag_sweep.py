@@ -6,7 +6,7 @@ demos' extremes are in test_code5_observations.py, test_code7.py and test_data_p
 
 import pytest
 
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, SWEEP_TIER, load_script, main_quietly
 
 SWEEPS = {
     "01_collectives.py": [
@@ -80,8 +80,23 @@ SWEEPS = {
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 
+# Demos that train or start real ranks take seconds each; their extremes are the sweep tier
+# (conftest.SWEEP_TIER). Arithmetic demos take milliseconds and stay in the five-minute part.
+TRAINS_OR_SPAWNS = {"02_data_parallel.py": "all", "03_memory_zero.py": {"5", "6"},
+                    "04_pipeline.py": {"5", "6", "7"}, "06_swarm_http.py": "all",
+                    "07_compression_beyond.py": "all", "08_byzantine.py": "all"}
 
-@pytest.mark.parametrize("script,argv", CASES, ids=[f"{s[:2]}:{' '.join(a)}" for s, a in CASES])
+
+def trains_or_spawns(script, argv):
+    demos = TRAINS_OR_SPAWNS.get(script, set())
+    return demos == "all" or (argv[0] == "--demo" and argv[1] in demos)
+
+
+PARAMS = [pytest.param(script, argv, marks=SWEEP_TIER if trains_or_spawns(script, argv) else (),
+                       id=f"{script[:2]}:{' '.join(argv)}") for script, argv in CASES]
+
+
+@pytest.mark.parametrize("script,argv", PARAMS)
 def test_extreme_flags_run_and_fit(script, argv):
     from lecture01.console import display_width
     module = load_script(LECTURE09 / script)

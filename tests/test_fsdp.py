@@ -71,9 +71,10 @@ def test_each_observation_branch():
     assert "没有一个" in fake(own=Agreement(1.0, 1.0, 1.0), torch=Agreement(1.0, 1.0, 1.0))[1]
 
 
-def test_demo6_from_the_command_line_quick():
-    results, out = main_quietly(code3.main, ["--demo", "6", "--quick"])
-    assert set(results) == {"demo6"} and "--quick 不计时" in out and "OwnFSDP" in out
+def test_demo6_in_the_quick_run():
+    from conftest import shared_quick_run
+    results, out = shared_quick_run("03_memory_zero.py")
+    assert "demo6" in results and "--quick 不计时" in out and "OwnFSDP" in out
 
 
 def test_ctrl_c_during_the_fsdp_ranks_stops_everything_with_one_line():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
+from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly, shared_quick_run
 
 from lecture09.parallel import memory_model as mm
 
@@ -146,7 +146,7 @@ def test_key_bias_cannot_change_the_logits():
 
 @pytest.fixture(scope="module")
 def quick():
-    return main_quietly(code3.main, ["--quick"])
+    return shared_quick_run("03_memory_zero.py")
 
 
 def test_quick_run_prints_every_demo(quick):
@@ -269,7 +269,7 @@ def test_demo4_names_every_tensor_once_on_the_rank_that_owns_it():
     """Exercise 5 (which tensor is the biggest, who holds it) needs the names per rank."""
     from lecture01 import tiny_gpt
     from lecture09.lecture_model import MODEL_CONFIG
-    results, out = main_quietly(code3.main, ["--demo", "4", "--quick"])
+    results, out = shared_quick_run("03_memory_zero.py")            # demo 4 is part of it
     ranks = results["demo4"]["ranks"]
     names = [n for x in ranks for n in x["torch_tensor_names"]]
     expected = [n for n, _ in tiny_gpt.make_model(MODEL_CONFIG, 0).named_parameters()]

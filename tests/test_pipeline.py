@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly
+from conftest import LECTURE09, interrupt_when_ranks_run, load_script, main_quietly, shared_quick_run
 
 from lecture09.parallel import memory_model as mm
 from lecture09.parallel import parallel_plan
@@ -229,7 +229,7 @@ def test_tp_traffic_by_hand():
 
 @pytest.fixture(scope="module")
 def quick():
-    return main_quietly(code4.main, ["--quick"])
+    return shared_quick_run("04_pipeline.py")
 
 
 def test_quick_run_prints_every_demo(quick):
