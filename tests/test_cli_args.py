@@ -115,3 +115,28 @@ def test_sigint_ignored_while_children_start_and_restored_after():
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_quick_names_the_flags_it_replaces_in_one_line_and_only_those(capsys):
+    from lecture01.cli_args import Parser, given_flags, note_quick_overrides
+    p = Parser()
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    note_quick_overrides(("ranks", "steps"), given_flags(p, ["--seed", "1"]))
+    assert capsys.readouterr().err == ""                          # nothing it replaces was given
+    note_quick_overrides(("ranks", "steps"), given_flags(p, ["--steps=9", "--ranks", "4", "--seed", "1"]))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "覆盖 --ranks --steps (overridden by --quick)" in err and "--seed" not in err
+
+
+@pytest.mark.parametrize("script,argv,named", [
+    ("01_collectives.py", ["--demo", "1", "--quick", "--repeats", "3"], "--repeats"),
+    ("02_data_parallel.py", ["--quick", "--steps", "4"], "--steps"),
+    ("03_memory_zero.py", ["--demo", "1", "--quick", "--ranks", "4"], "--ranks"),
+    ("04_pipeline.py", ["--demo", "1", "--quick", "--cp-ranks", "4"], "--cp-ranks")])
+def test_the_real_rank_scripts_say_what_quick_replaced(script, argv, named, capsys):
+    from conftest import LECTURE09, load_script
+    load_script(LECTURE09 / script).parse_args(argv)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "overridden by --quick" in err

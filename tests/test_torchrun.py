@@ -66,3 +66,39 @@ def test_a_world_size_torchrun_did_not_start_is_one_line():
     assert 1 <= len(lines) <= 3                                   # at most once per rank
     assert "exitcode  : 2" in err                                 # torchrun's report of the ranks
     assert 'code/lecture09' not in "".join(l for l in err.splitlines() if l.strip().startswith("File "))
+
+
+# Every other script with real ranks, one torchrun agent with as many ranks as the demo
+# needs; rank 0 prints what the self-spawned run prints (timings blanked, [实测] skipped).
+# About 2.5 minutes in all (code 05's self-spawned run starts 4 processes per row): the
+# sweep tier; the two-node run of code 02 above is in the five-minute part.
+# The engines' scripts (codes 09 and 10) start their own kinds of processes (torchft's
+# Lighthouse and replica groups, hivemind's DHT peers), not torch.distributed ranks.
+UNDER_TORCHRUN = [
+    ("01_collectives.py", ["--demo", "5", "--quick", "--real-p", "2"], 2, ("gloo", "实测")),
+    ("03_memory_zero.py", ["--demo", "4", "--quick"], 2, ("gloo",)),
+    ("03_memory_zero.py", ["--demo", "6", "--quick"], 2, ("gloo",)),
+    ("04_pipeline.py", ["--demo", "2", "--quick"], 2, ("gloo",)),
+    ("04_pipeline.py", ["--demo", "3", "--quick"], 2, ("gloo",)),
+    ("04_pipeline.py", ["--demo", "5", "--quick"], 2, ("gloo",)),
+    ("04_pipeline.py", ["--demo", "6", "--quick"], 2, ("gloo",)),
+    ("04_pipeline.py", ["--demo", "7", "--quick"], 2, ("gloo",)),
+    ("05_decentralized.py", ["--demo", "2", "--quick", "--fp32", "--backend", "gloo"], 4, ("演示 2",)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("script,args,ranks,words", UNDER_TORCHRUN,
+                         ids=[f"{s[:2]}:{' '.join(a)}" for s, a, _, _ in UNDER_TORCHRUN])
+def test_every_real_rank_demo_prints_under_torchrun_what_it_prints_self_spawned(script, args, ranks, words):
+    from conftest import run_script
+    from golden_compare import Golden
+    from test_golden_outputs import ELAPSED
+    self_spawned = run_script(LECTURE09 / script, *args)
+    [(status, out, err)] = torchrun_nodes(LECTURE09 / script, args, 1, ranks)
+    assert status == 0, err[-2000:]
+    assert all(word in out for word in words)
+    compare = Golden(script, f"code/lecture09/{script}", tuple(args), mask=ELAPSED,
+                     tolerant=(r"bits/字符", r"Δ", r"loss", r"损失"))
+    assert differences(out, self_spawned, compare) == []

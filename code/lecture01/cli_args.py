@@ -49,14 +49,20 @@ def given_flags(parser, argv):
             action.default = default
 
 
-def apply_quick(args, settings, given):
-    """--quick: set `settings` (argparse dest -> value) on args; if the command line also gave
-    some of those flags (`given`: given_flags), run anyway and say so in one stderr line."""
+def note_quick_overrides(dests, given):
+    """--quick replaces the flags `dests` (argparse dests); those the command line also gave
+    (`given`: given_flags) are named in one stderr line, and the run goes on."""
     import sys
-    replaced = sorted(set(settings) & given)
+    replaced = sorted(set(dests) & given)
     if replaced:
         print("注意 note: --quick 用自己的小设置，覆盖 " + " ".join("--" + n.replace("_", "-") for n in replaced)
               + " (overridden by --quick)", file=sys.stderr)
+
+
+def apply_quick(args, settings, given):
+    """--quick: set `settings` (argparse dest -> value) on args; if the command line also gave
+    some of those flags (`given`: given_flags), run anyway and say so in one stderr line."""
+    note_quick_overrides(settings, given)
     for name, value in settings.items():
         setattr(args, name, value)
 

@@ -47,7 +47,7 @@ from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
-from lecture01.cli_args import Parser, run_main, int_in, positive_float
+from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -325,6 +325,7 @@ def parse_args(argv=None):
                     size_table_p=args.size_table_p)
     real = replace(real, world_sizes=tuple(range(2, args.real_p + 1)), repeats=args.repeats, timeout_s=args.timeout)
     if args.quick:
+        note_quick_overrides(("size_table_p", "repeats"), given_flags(p, argv))
         model = replace(model, **QUICK_MODEL)
         real = replace(real, **{**QUICK_REAL, "world_sizes": tuple(w for w in QUICK_REAL["world_sizes"]
                                                                    if w <= args.real_p)})

@@ -44,7 +44,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
-from lecture01.cli_args import Parser, run_main, int_in, positive_float
+from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
 from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
 from lecture09.parallel.data_parallel_report import (  # noqa: F401  (the tests reach the sentences here)
     difference_sentence, loss_sentence, observations, signed)
@@ -334,6 +334,7 @@ def parse_args(argv=None):
                     bucket_kb=args.bucket_kb, hook_steps=args.hook_steps, powersgd_rank=args.powersgd_rank,
                     port=args.port, timeout_s=args.timeout)
     if args.quick:
+        note_quick_overrides(QUICK, given_flags(p, argv))
         setup = replace(setup, **QUICK)
     return args, setup
 

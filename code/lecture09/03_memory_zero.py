@@ -48,7 +48,7 @@ from lecture09.parallel.checkpoint_report import CheckpointSetup, demo5_observat
 from lecture09.parallel.fsdp_report import demo6_observations, run_demo6
 from lecture09.parallel.zero_report import (MAX_RANKS, count_tiny_gpt,  # noqa: F401  (count_tiny_gpt: the tests')
                                            demo4_observations, run_demo3, run_demo4)
-from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
+from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -353,6 +353,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     ckpt = replace(c, n_layer=args.ckpt_layers, batch=args.ckpt_batch)
     if args.quick:
+        note_quick_overrides([*QUICK_REAL, *(["ckpt_layers"] if args.ckpt_layers > 4 else [])], given_flags(p, argv))
         ckpt = replace(ckpt, n_layer=min(ckpt.n_layer, 4), repeats=0)
     memory = replace(s, zero_gpus=tuple(args.gpus), k=args.k, figure1_params=args.psi_b * 1e9,
                      figure1_gpus=args.psi_gpus, utilisation=args.utilisation, cluster_gpus=args.cluster_gpus)

@@ -65,7 +65,7 @@ from lecture09.parallel.expert_parallel import MoEConfig
 from lecture09.parallel.expert_parallel_report import demo6_observations, run_demo6
 from lecture09.parallel.context_parallel import CPCase
 from lecture09.parallel.context_parallel_report import demo7_observations, run_demo7
-from lecture01.cli_args import Parser, run_main, float_in, int_in, non_negative_int, positive_int
+from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
 
 
 # =============================================================================
@@ -235,6 +235,8 @@ def parse_args(argv=None):
                                                 capacity_factor=args.capacity_factor, tokens_per_rank=args.tokens))
     context = ContextSetup(args.cp_ranks, replace(cx.case, seq_len=args.seq_len, n_head=args.cp_heads))
     if args.quick:
+        note_quick_overrides((*QUICK_EXPERT, *QUICK_CONTEXT, "pipe_ranks", "pipe_micro_batches", "batch_size"),
+                             given_flags(p, argv))
         expert = replace(expert, **QUICK_EXPERT)
         context = replace(context, **QUICK_CONTEXT)
         real = replace(real, **QUICK_REAL)
