@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, load_script
 
 from lecture09.parallel import fsdp_report as report
 

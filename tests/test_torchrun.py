@@ -4,7 +4,6 @@ what rank 0 prints equals the golden quick-mode output of the self-spawned run."
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
