@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 LECTURE01 = ROOT / "code" / "lecture01"
 LECTURE09 = ROOT / "code" / "lecture09"
 
-# The sweep tier: a legal-extreme flag sweep (or a second fault run) of a demo that trains or
-# starts processes. Such a run checks a branch of the words, not the mechanism a quick run
-# already checks, and a few seconds each add up to minutes: the full suite runs them
-# (`-m "slow or not slow"`, or `-m sweep` alone); the five-minute part (`-m "not slow"`) not.
+# The sweep tier: a legal-extreme flag sweep of a demo that trains or starts processes, or a
+# further case (another seed, scheme or moment of a kill) of a check the five-minute part
+# makes once. A few seconds each add up to minutes: `python3 -m pytest` (what CI runs) and
+# the whole suite run them, `-m sweep` runs them alone, the five-minute part (`-m "not
+# slow"`) leaves them out.
 SWEEP_TIER = (pytest.mark.slow, pytest.mark.sweep)
 
 

@@ -31,7 +31,7 @@ ALLOWED_CONSTANTS_09 = {"1.3", "0.3", "0.1", "0.4", "0.9", "0.95", "0.01", "0.02
 MACHINE_TOLERANCE_BPC = 0.01
 TOLERANCE_BPC = 0.01        # compressed_dp.DELTA_TOLERANCE_BPC: what the observations call "about the same"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 
 @pytest.fixture(scope="module")

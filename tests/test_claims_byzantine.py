@@ -8,7 +8,7 @@ import pytest
 
 from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 code8 = load_script(LECTURE09 / "08_byzantine.py")
 NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"

@@ -12,7 +12,7 @@ from conftest import LECTURE09, ROOT, notes_section, run_script
 
 LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 
 @pytest.fixture(scope="module")

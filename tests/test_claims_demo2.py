@@ -22,7 +22,7 @@ TOL = 0.01                     # compressed_dp.DELTA_TOLERANCE_BPC
 ALLOWED = {"0.7", "0.9", "0.1", "0.4", "0.2", "1.3", "0.3"}     # flag values and parameters named in the text
 NEW_SECTIONS = ("### 7.1 ", "### 7.2 ", "### 7.3 ", "### 7.4 ", "### 7.5 ")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 
 RUNS = ("default", "other precision", "second seed")

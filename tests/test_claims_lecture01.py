@@ -25,7 +25,7 @@ import pytest
 from conftest import (LECTURE01, ROOT, decimals_in, other_precision, printed_samples, run_script,
                       without_newline_marks)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 NOTES = ROOT / "lectures" / "lecture01_base_model.md"
 TRAIN_SCRIPT = LECTURE01 / "02_train_base.py"

@@ -25,7 +25,7 @@ ALLOWED = set()
 # the notes round to two decimals, so 0.01 + 0.005 covers both.
 TRAINED_TOLERANCE_BPC = 0.015
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 APPROXIMATE = re.compile(r"[≈约]\s*[+−-]?[\d.,]+(e-?\d+)?(\s*[–-]\s*[\d.,]+)?")
 GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")

@@ -20,7 +20,7 @@ SECTIONS = ("## 3 ", "## 4 ")
 # flag tables (--utilisation 0.4), and the utilisation exercise 8 of §4.20 asks the student to try.
 ALLOWED = {"0.4", "0.95"}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.claims,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchft ships Linux wheels only")]
 pytest.importorskip("torchft", reason="torchft is installed on Linux only (requirements.txt)")
 

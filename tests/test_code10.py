@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, assert_one_line_status_2, load_script, main_quietly
+from conftest import LECTURE09, ROOT, SWEEP_TIER, assert_one_line_status_2, load_script, main_quietly
 
 SCRIPT = LECTURE09 / "10_hivemind.py"
 code10 = load_script(SCRIPT)
@@ -195,7 +195,7 @@ def test_the_numpy2_shim_reads_hiveminds_8bit_wire_format():
 
 
 @needs_hivemind
-@pytest.mark.parametrize("n,part_bytes", [(3, 2 ** 14), (4, 2 ** 19)])
+@pytest.mark.parametrize("n,part_bytes", [(3, 2 ** 14), pytest.param(4, 2 ** 19, marks=SWEEP_TIER)])
 def test_with_a_fixed_group_hivemind_averages_to_the_mean(n, part_bytes):
     """The issue's test (hivemind's own fault-tolerance tests check the same): no churn, a
     group of all n, and every peer ends with the mean of the n tensors, within 1e-5."""
@@ -261,10 +261,11 @@ def test_the_checksum_tells_a_partial_average_from_a_whole_one():
 
 
 @needs_hivemind
-@pytest.mark.parametrize("model_seed,data_seed", [(0, 1), (1, 2)])
+@pytest.mark.parametrize("model_seed,data_seed", [(0, 1), pytest.param(1, 2, marks=SWEEP_TIER)])
 def test_hivemind_diloco_reproduces_our_simulation(model_seed, data_seed):
     """With no churn, every round's group is all peers and the run is our local_sgd's
-    DiLoCo, loss for loss, on two seed pairs (the claim must not hang on one draw)."""
+    DiLoCo, loss for loss, on two seed pairs (the claim must not hang on one draw; the
+    second pair is in the sweep tier)."""
     from lecture09.engines import reference
     from lecture09.engines.hivemind_peer import PeerSettings
     s = PeerSettings(n_peers=3, rounds=4, inner_steps=3, model_seed=model_seed, data_seed=data_seed)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, assert_one_line_status_2, load_script, main_quietly
+from conftest import LECTURE09, ROOT, SWEEP_TIER, assert_one_line_status_2, load_script, main_quietly
 
 SCRIPT = LECTURE09 / "09_torchft.py"
 code9 = load_script(SCRIPT)
@@ -203,7 +203,7 @@ def rejoined_run(mode, outer_steps, inner_steps, attempts=3):
 
 
 @needs_torchft
-@pytest.mark.parametrize("mode,outer,inner", [("diloco", 10, 3), ("ddp", 40, 1)])
+@pytest.mark.parametrize("mode,outer,inner", [("diloco", 10, 3), pytest.param("ddp", 40, 1, marks=SWEEP_TIER)])
 def test_after_a_kill_and_a_restart_every_replica_ends_equal(mode, outer, inner):
     record = rejoined_run(mode, outer, inner)
     finals = [record.finals[r] for r in sorted(record.finals)]
@@ -220,9 +220,9 @@ def test_after_a_kill_and_a_restart_every_replica_ends_equal(mode, outer, inner)
 
 
 @needs_torchft
-@pytest.mark.parametrize("model_seed,data_seed", [(0, 1), (1, 2)])
+@pytest.mark.parametrize("model_seed,data_seed", [(0, 1), pytest.param(1, 2, marks=SWEEP_TIER)])
 def test_torchft_diloco_reproduces_our_simulation(model_seed, data_seed):
-    """On the default seeds and a second pair: the claim must not hang on one draw."""
+    """On the default seeds and a second pair (sweep tier): the claim must not hang on one draw."""
     from argparse import Namespace
     args = Namespace(replicas=3, ddp_steps=10, outer_steps=4, inner_steps=3, fragments=2, sync_delay=1,
                      timeout=10.0, model_seed=model_seed, data_seed=data_seed)

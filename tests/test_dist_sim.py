@@ -309,6 +309,8 @@ def test_stopped_search_gives_a_lower_bound():
     assert stopped.cost < full.cost <= stopped.assignment_cost
 
 
+@pytest.mark.slow
+@pytest.mark.sweep
 def test_the_world_network_is_proven_well_within_the_row_budget():
     """Issue 10: the bounds (capacity-forced moves, every region left needs a row) keep the
     branch and bound on the 8-city network well inside its 10 M-row budget, at every batch the

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import start_in_own_group
+from conftest import SWEEP_TIER, start_in_own_group
 from lecture09.compress import compression as c
 from lecture09.swarm import swarm_checkpoint
 from lecture09.swarm.swarm_http import RunningServer
@@ -89,7 +89,8 @@ def stop(proc):
     proc.communicate(timeout=30)
 
 
-@pytest.mark.parametrize("mid_round,aggregator", [(False, "mean"), (True, "mean"), (False, "centered-clip")],
+@pytest.mark.parametrize("mid_round,aggregator", [pytest.param(False, "mean", marks=SWEEP_TIER), (True, "mean"),
+                                                  pytest.param(False, "centered-clip", marks=SWEEP_TIER)],
                          ids=["after-a-step", "mid-round", "centered-clip"])
 def test_sigkill_then_resume_is_bit_identical(tmp_path, shapes, mid_round, aggregator):
     """SIGKILL right after the step to version 5 (or with one upload of round 5 in): the
