@@ -19,7 +19,7 @@ def ramp(n, seed=0):
 def formula_bytes(name, n, opts):
     k = c.topk_count(n, opts.topk_ratio)
     return {"none": 4 * n, "fp16": 2 * n, "int8": n + 4, "int8-block": n + 4 * math.ceil(n / opts.block_size),
-            "topk": 8 * k, "topk-int8": 5 * k + 4, "sign": math.ceil(n / 8) + 4, "sign-l2": math.ceil(n / 8) + 4}[name]
+            "int4-block": math.ceil(n / 2) + 4 * math.ceil(n / opts.block_size), "topk": 8 * k, "topk-int8": 5 * k + 4, "sign": math.ceil(n / 8) + 4, "sign-l2": math.ceil(n / 8) + 4}[name]
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
@@ -54,6 +54,28 @@ def test_block_int8_rounds_fewer_entries_to_zero_than_one_scale():
     assert int((block == 0).sum()) < int((one == 0).sum())
     step = (g.view(-1, 256).abs().amax(1) / 127).repeat_interleave(256)
     assert bool(((g - block).abs() <= step / 2 + 1e-7).all())
+
+
+def test_block_int4_by_hand():
+    g = torch.tensor([1.0, 0.2, -0.5, 70.0, 3.0])            # blocks of 2: [1, .2] [-.5, 70] [3]
+    parts = SCHEMES["int4-block"].encode(g, Options(block_size=2))
+    scales = torch.tensor([1.0, 70.0, 3.0]) / 7
+    assert torch.allclose(parts["::scale"], scales)
+    # codes round(g / scale) + 8: [15, 9], [8, 15], [15] and a zero code (8) pads the last byte
+    assert parts["::val"].tolist() == [15 * 16 + 9, 8 * 16 + 15, 15 * 16 + 8]
+    decoded = SCHEMES["int4-block"].decode(parts, g.shape, Options(block_size=2))
+    assert torch.allclose(decoded, torch.tensor([1.0, 1 / 7, 0.0, 70.0, 3.0]))
+
+
+def test_block_int4_error_is_at_most_half_a_step_and_zeros_stay_zero():
+    g = ramp(1001, seed=3)
+    opts = Options(block_size=256)
+    decoded = SCHEMES["int4-block"].decode(SCHEMES["int4-block"].encode(g, opts), g.shape, opts)
+    padded = torch.cat([g, g.new_zeros(23)]).view(-1, 256)
+    step = (padded.abs().amax(1) / 7).repeat_interleave(256)[:1001]
+    assert bool(((g - decoded).abs() <= step / 2 + 1e-6).all())
+    zeros = torch.zeros(5)
+    assert torch.equal(SCHEMES["int4-block"].decode(SCHEMES["int4-block"].encode(zeros, opts), zeros.shape, opts), zeros)
 
 
 def test_sign_l2_keeps_the_norm_and_zero_is_plus():

@@ -77,6 +77,11 @@ SWEEPS = {
          "sign-flip", "alie", "ipm", "tiny-dense", "tiny-dense-fixed", "gaussian", "replay",
          "--compressed-aggregators", "mean", "--jobs", "1"],
     ],
+    "11_frontier.py": [
+        ["--quick", "--warm-steps", "0", "--block-size", "1"], ["--quick", "--block-size", "1048576"],
+        ["--quick", "--global-batch", "8", "--second-batch", "100000", "--micro-batches", "64"],
+        ["--quick", "--network", "aws-regional", "--intra-gbps", "0.01"],
+    ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 
@@ -84,7 +89,7 @@ CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 # (conftest.SWEEP_TIER). Arithmetic demos take milliseconds and stay in the five-minute part.
 TRAINS_OR_SPAWNS = {"02_data_parallel.py": "all", "03_memory_zero.py": {"5", "6"},
                     "04_pipeline.py": {"5", "6", "7"}, "06_swarm_http.py": "all",
-                    "07_compression_beyond.py": "all", "08_byzantine.py": "all"}
+                    "07_compression_beyond.py": "all", "08_byzantine.py": "all", "11_frontier.py": "all"}
 
 
 def trains_or_spawns(script, argv):

@@ -17,6 +17,7 @@ returned (`parts_bytes`). The formulas are the check, in the tests and the notes
     fp16        n fp16 values                                            2n
     int8        n int8 + one fp32 absmax scale                           n + 4
     int8-block  n int8 + one fp32 absmax scale per block of B            n + 4 ceil(n / B)
+    int4-block  n 4-bit codes, two per byte, + one fp32 scale per block  ceil(n / 2) + 4 ceil(n / B)
     topk        k (value, index) pairs, k = max(1, int(ratio n))         8k (int32 index)
     topk-int8   k int8 values + k indices + one fp32 scale               5k + 4 (int32 index)
     sign        n bits + one fp32 scale (mean |x|)                       ceil(n / 8) + 4
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 INT8_LEVELS = 127       # symmetric range -127..127, so +x and -x quantise alike
+INT4_LEVELS = 7         # symmetric range -7..7 (15 of a nibble's 16 codes), the same rule
 IDX_SUFFIX = "::idx"
 VAL_SUFFIX = "::val"
 SCALE_SUFFIX = "::scale"
@@ -53,7 +55,7 @@ class PayloadError(ValueError):
 class Options:
     """What a scheme's encoding depends on besides the tensor."""
     topk_ratio: float = 0.01
-    block_size: int = 256               # int8-block: entries per absmax scale
+    block_size: int = 256               # int8-block, int4-block: entries per absmax scale
     index_dtype: torch.dtype = torch.int32   # flat vectors; the wire uses int64
 
 
@@ -180,6 +182,33 @@ class BlockInt8(Scheme):
         return (blocks * parts[SCALE_SUFFIX].view(-1, 1)).reshape(-1)[:q.numel()].reshape(shape)
 
 
+class BlockInt4(BlockInt8):
+    """int8-block's rule at 4 bits: one absmax scale per block, steps of absmax / 7, two
+    codes per byte (code + 8 in each nibble, the first entry in the high one). Streaming
+    DiLoCo sends its outer gradients at 4 bits, AQ-SGD its activations at 2-4 bits."""
+    name = "int4-block"
+
+    def encode(self, x, opts):
+        flat = x.reshape(-1)
+        blocks = self._blocks(flat, opts.block_size)
+        absmax = blocks.abs().amax(dim=1, keepdim=True)                      # (n_blocks, 1)
+        scale = torch.where(absmax > 0, absmax / INT4_LEVELS, torch.ones_like(absmax))
+        codes = (torch.round(blocks / scale).clamp_(-INT4_LEVELS, INT4_LEVELS) + 8).to(torch.uint8)
+        codes = codes.reshape(-1)[:flat.numel()]
+        if codes.numel() % 2:
+            codes = torch.cat([codes, codes.new_full((1,), 8)])               # a zero code pads the last byte
+        pairs = codes.view(-1, 2)
+        return {VAL_SUFFIX: (pairs[:, 0] << 4) | pairs[:, 1], SCALE_SUFFIX: scale.reshape(-1)}
+
+    def decode(self, parts, shape, opts):
+        packed = parts[VAL_SUFFIX]
+        n = math.prod(shape)
+        codes = torch.stack([packed >> 4, packed & 0x0F], dim=1).reshape(-1)[:n]
+        values = codes.to(torch.float32) - 8
+        blocks = self._blocks(values, opts.block_size)
+        return (blocks * parts[SCALE_SUFFIX].view(-1, 1)).reshape(-1)[:n].reshape(shape)
+
+
 class TopK(Scheme):
     """The k largest entries by magnitude as (index, value) pairs, indices sorted ascending
     (a canonical order: the same gradient gives the same bytes); with quantize, the values
@@ -289,5 +318,5 @@ class Sign(Scheme):
 
 # The registry: one row per scheme, in the order tables list them. The first three
 # entries on the wire are the real swarm's modes (none, topk, topk-int8).
-SCHEMES = {s.name: s for s in (Dense(), Fp16(), Int8(), BlockInt8(), TopK(), TopK(quantize=True),
+SCHEMES = {s.name: s for s in (Dense(), Fp16(), Int8(), BlockInt8(), BlockInt4(), TopK(), TopK(quantize=True),
                                Sign(), Sign(scale="l2"))}

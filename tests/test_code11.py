@@ -1,0 +1,143 @@
+"""Code 11, demo 1: activations through the registry (bytes counted, direct against delta)
+and demo 1's proven optimum with the pipeline bytes scaled. Hand cases, an exact identity
+(batch B at b bytes per value costs batch B*b/2 at fp16), each observation's branches, and
+the quick run as a student runs it."""
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import LECTURE09, shared_quick_run
+from lecture09.compress import activation_codes as ac
+from lecture09.compress.compression_schemes import SCHEMES, Options
+from lecture09.schedule import activation_pricing as ap
+from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks
+
+SETUP = ScheduleSetup()
+GEO, _ = build_networks(SETUP)
+
+
+def test_batch_at_half_a_byte_costs_a_quarter_batch_at_fp16():
+    # c_PP is linear in the batch and in the bytes per value: 1024 at 0.5 B = 256 at 2 B
+    quarter = ap.price_encodings(SETUP, GEO, {"half a byte": 0.5}, [1024])[0]
+    fp16_256 = ap.price_encodings(SETUP, GEO, {"fp16": 2.0}, [256])[0]
+    assert quarter.optimum.cost == fp16_256.optimum.cost
+    assert quarter.optimum.counts == fp16_256.optimum.counts
+
+
+def test_fp16_row_reproduces_demo_1_and_no_row_beats_its_own_optimum():
+    rows = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 1.0, "int4": 0.5}, [1024, 256])
+    from lecture09 import dist_sim
+    demo1 = dist_sim.optimal_layout(GEO, SETUP.n_stages, SETUP.n_replicas, SETUP.stage_param_bytes,
+                                    SETUP.act_bytes, n_micro_batches=SETUP.n_micro_batches)
+    assert rows[0].optimum.cost == demo1.cost == rows[0].fp16_cost
+    for r in rows:
+        assert r.optimum.exact and r.gain_s >= 0                     # the fp16 layout is one it beat
+        if r.bytes_per_value == 2.0:
+            assert r.fp16_layout["total"] == pytest.approx(r.optimum.cost, abs=1e-12)
+            assert r.layout_changed is False
+
+
+def test_the_layout_changes_at_4_bit_with_batch_1024_on_demo_1s_network():
+    rows = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "4 bit": 0.5 + 4 / 256}, [1024])
+    fp16, four = rows
+    assert fp16.stats["pipeline_links_within_region"] == 24 and fp16.stats["dp_groups_within_region"] == 0
+    assert four.layout_changed and four.stats["dp_groups_within_region"] == 4
+    # the kept fp16 layout at 4 bit: its DP term unchanged, its pipeline term scaled by exactly b / 2
+    assert four.fp16_layout["dp"] == pytest.approx(fp16.optimum.dp, abs=1e-12)
+
+
+def test_bad_encodings_are_refused():
+    with pytest.raises(ValueError):
+        ap.price_encodings(SETUP, GEO, {}, [1024])
+    with pytest.raises(ValueError):
+        ap.price_encodings(SETUP, GEO, {"nothing": 0.0}, [1024])
+
+
+def _words(rows):
+    return ap.pricing_observations(SETUP, rows)
+
+
+def test_observation_branches_follow_the_numbers():
+    changed = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 1.0, "4 bit": 0.5}, [1024])
+    [text] = _words(changed)
+    assert "压缩到 4 bit（压缩比 4.00）时最优分配变了" in text
+    assert f"{changed[2].fp16_layout['total']:.2f} 秒" in text and f"再省 {changed[2].gain_s:.2f} 秒" in text
+    several = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "4 bit": 0.5, "2 bit": 0.25}, [1024])
+    [text] = _words(several)
+    assert "4 bit、2 bit都让最优分配变了，以 4 bit（压缩比 4.00）为例" in text
+    unchanged = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 1.0}, [256])
+    [text] = _words(unchanged)
+    assert "fp16 的最优分配仍然最优" in text and f"{unchanged[0].fp16_cost:.2f} → {unchanged[1].optimum.cost:.2f}" in text
+    bound = [replace(r, optimum=replace(r.optimum, exact=False)) for r in unchanged]
+    assert bound[1].layout_changed is None
+    [text] = _words(bound)
+    assert "不能断定" in text
+
+
+def test_block_quantization_scales_with_the_tensor():
+    # Q(c x) = c Q(x) for c > 0, exactly when c is a power of two: what observation 1 says
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(4))
+    opts = Options(block_size=64)
+    for name in ("int8-block", "int4-block"):
+        scheme = SCHEMES[name]
+        once = scheme.decode(scheme.encode(x, opts), x.shape, opts)
+        for c in (0.125, 4.0):
+            assert torch.equal(scheme.decode(scheme.encode(c * x, opts), x.shape, opts), c * once), (name, c)
+
+
+def test_encode_both_ways_by_hand():
+    a = torch.tensor([[1.0, -2.0, 3.0, 4.0]])
+    opts = Options(block_size=4)
+    bytes_per_value, direct, delta = ac.encode_both_ways(a, a, "int4-block", opts)
+    assert bytes_per_value == (2 + 4) / 4                            # two bytes of codes, one fp32 scale
+    assert delta == 0.0                                              # nothing changed: nothing to get wrong
+    decoded = torch.tensor([[1.0, -2.0, 3.0, 4.0]]) / (4 / 7)
+    expected = torch.round(decoded) * (4 / 7)
+    assert direct == pytest.approx(float((expected - a).norm() / a.norm()), rel=1e-6)
+
+
+def test_study_counts_bytes_from_the_encoded_activation():
+    from lecture01.tiny_gpt import TrainConfig
+    from lecture09.lecture_model import MODEL_CONFIG
+    result = ac.study(MODEL_CONFIG, TrainConfig(batch_size=4), batch_size=2, warm_steps=1, gap_steps=1, block_size=32)
+    n = 2 * MODEL_CONFIG.block_size * MODEL_CONFIG.n_embd
+    assert result.shape == (2, MODEL_CONFIG.block_size, MODEL_CONFIG.n_embd)
+    by = {c.scheme: c for c in result.codes}
+    assert by["fp16"].bytes_per_value == 2.0
+    assert by["int8-block"].bytes_per_value == (n + 4 * (n // 32)) / n
+    assert by["int4-block"].bytes_per_value == (n // 2 + 4 * (n // 32)) / n
+    assert 0 < result.change and all(c.direct_error > 0 for c in result.codes)
+    with pytest.raises(ValueError):
+        ac.study(MODEL_CONFIG, TrainConfig(), gap_steps=0)
+
+
+def test_study_observations_quote_the_table():
+    codes = (ac.ActivationCode("fp16", 2.0, 2e-4, 2e-5), ac.ActivationCode("int8-block", 1.0156, 0.007, 0.0007),
+             ac.ActivationCode("int4-block", 0.5156, 0.125, 0.025))
+    lines = ac.study_observations(ac.ActivationStudy(codes, (8, 96, 96), 60, 10, 0.108), 256)
+    assert lines[0].startswith("int8，每 256 个一块、4 bit，每 256 个一块：发变化量的误差是直接发的 0.10、0.20 倍")
+    assert "这 10 步里激活本身变了 10.8%" in lines[0]
+    assert "预训练" in lines[-1]
+
+
+def test_quick_run_prints_both_tables_within_100_columns():
+    from lecture01.console import display_width
+    results, out = shared_quick_run("11_frontier.py")
+    assert "(a) 小 GPT 最后一个块的输出" in out and "(b) 演示 1 的 1.3B 任务" in out
+    assert all(display_width(line) <= 100 for line in out.splitlines())
+    assert len(results["rows"]) == 6 and len(results["observations"]) == 4
+    for r in results["rows"]:
+        assert f"{r.optimum.cost:.2f}" in out and f"{r.fp16_layout['total']:.2f}" in out
+
+
+@pytest.mark.parametrize("argv", [["--gap-steps", "0"], ["--global-batch", "7"], ["--block-size", "x"],
+                                  ["--network", "moon"]])
+def test_bad_flags_are_one_line_and_status_2(argv):
+    done = subprocess.run([sys.executable, str(LECTURE09 / "11_frontier.py"), *argv], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
