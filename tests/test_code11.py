@@ -141,3 +141,42 @@ def test_bad_flags_are_one_line_and_status_2(argv):
                           text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _notes_section_11():
+    from conftest import ROOT
+    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    return text[text.index("## 11 "):text.index("## 参考文献 References")]
+
+
+def test_the_notes_table_b_is_the_printed_table_row_by_row():
+    _, out = shared_quick_run("11_frontier.py")          # table (b) is arithmetic: --quick changes only (a)
+    printed = [line.split() for line in out.splitlines() if line.startswith(("1024 ", "256 "))]
+    notes = [[cell.strip() for cell in line.strip("|").split("|")] for line in _notes_section_11().splitlines()
+             if line.startswith(("| 1024 |", "| 256 |"))]
+    assert len(notes) == len(printed) == 6
+    for mine, theirs in zip(notes, printed):
+        label = " ".join(theirs[1:len(theirs) - 6])
+        assert [mine[0], mine[1].replace(" ", "")] + mine[2:] == [theirs[0], label.replace(" ", "")] + theirs[-6:]
+
+
+@pytest.mark.slow
+@pytest.mark.claims
+def test_the_notes_seed_ranges_of_table_a_hold_with_their_tolerance():
+    """The §11.1 ranges are 5 draws (seed pairs (k, k+1), fp32): each new draw must fall
+    inside them widened by 10% of their value (another CPU sums in another order)."""
+    from lecture01.tiny_gpt import TrainConfig
+    from lecture09.lecture_model import MODEL_CONFIG
+    quoted = {"int8-block": ("0.0068–0.0071", "0.00083–0.00090"), "int4-block": ("0.122–0.128", "0.0150–0.0162")}
+    text = _notes_section_11()
+    assert all(a in text and b in text for a, b in quoted.values())
+    ranges = {name: tuple(tuple(float(x) for x in r.split("–")) for r in pair) for name, pair in quoted.items()}
+    for k in (0, 3):
+        result = ac.study(MODEL_CONFIG, TrainConfig(), model_seed=k, data_seed=k + 1, warm_steps=60, gap_steps=10)
+        assert 0.108 * 0.9 <= result.change <= 0.123 * 1.1
+        for code in result.codes:
+            if code.scheme in ranges:
+                (lo, hi), (dlo, dhi) = ranges[code.scheme]
+                assert lo * 0.9 <= code.direct_error <= hi * 1.1, (k, code)
+                assert dlo * 0.9 <= code.delta_error <= dhi * 1.1, (k, code)
+                assert code.delta_error < code.direct_error / 5          # the section's point, with room

@@ -1,4 +1,4 @@
-"""Lecture 9's notes read from §1 to §10 (issue 20): section k goes with code k, and no
+"""Lecture 9's notes read from §1 to §11 (issue 20): section k goes with code k, and no
 section leans on what a later one defines: the collectives' terms first appear in §1, and
 every "第 X 节说过 / 推导" points back, never forward."""
 
@@ -19,13 +19,13 @@ def sections():
     return [(int(re.match(r"## (\d+) ", p).group(1)), p) for p in parts[1:]]
 
 
-def test_the_sections_are_numbered_1_to_10_in_order():
-    assert [n for n, _ in sections()] == list(range(1, 11))
+def test_the_sections_are_numbered_1_to_11_in_order():
+    assert [n for n, _ in sections()] == list(range(1, 12))
 
 
 def test_script_k_names_section_k_and_section_k_names_script_k():
     scripts = sorted(LECTURE09.glob("[0-9][0-9]_*.py"))
-    assert len(scripts) == 10
+    assert len(scripts) == 11
     by_number = dict(sections())
     for script in scripts:
         k = int(script.name[:2])

@@ -1,7 +1,8 @@
-"""Sending fewer bytes per step (lecture 9, §5.6-§5.10 and §7.1-§7.5; codes 05 and 07).
+"""Sending fewer bytes per step (lecture 9, §5.6-§5.10, §7.1-§7.5 and §11; codes 05, 07, 11).
 
 compression_schemes, compression   one class per scheme, error feedback, the wire format
 training        the engine one run goes through; compressed_dp runs many and pairs them
 powersgd, onebit_adam, local_sgd (DiLoCo), gloo_dp (the same on real DDP ranks)
 run_progress, training_flags       progress across processes; the flags 05 and 07 share
+activation_codes   pipeline activations through the registry, directly and as a change (§11)
 """
