@@ -129,13 +129,14 @@ def test_quick_run_prints_both_tables_within_100_columns():
     results, out = shared_quick_run("11_frontier.py")
     assert "(a) 小 GPT 最后一个块的输出" in out and "(b) 演示 1 的 1.3B 任务" in out
     assert all(display_width(line) <= 100 for line in out.splitlines())
-    assert len(results["rows"]) == 6 and len(results["observations"]) == 4
-    for r in results["rows"]:
+    assert len(results["demo1"]["rows"]) == 6 and len(results["demo1"]["observations"]) == 4
+    for r in results["demo1"]["rows"]:
         assert f"{r.optimum.cost:.2f}" in out and f"{r.fp16_layout['total']:.2f}" in out
 
 
 @pytest.mark.parametrize("argv", [["--gap-steps", "0"], ["--global-batch", "7"], ["--block-size", "x"],
-                                  ["--network", "moon"]])
+                                  ["--network", "moon"], ["--sync-every", "10", "--fragments", "3"],
+                                  ["--sync-every", "6", "--fragments", "3", "--overlap", "2"], ["--alpha", "2"]])
 def test_bad_flags_are_one_line_and_status_2(argv):
     done = subprocess.run([sys.executable, str(LECTURE09 / "11_frontier.py"), *argv], capture_output=True,
                           text=True, timeout=60)
@@ -180,3 +181,88 @@ def test_the_notes_seed_ranges_of_table_a_hold_with_their_tolerance():
                 assert lo * 0.9 <= code.direct_error <= hi * 1.1, (k, code)
                 assert dlo * 0.9 <= code.delta_error <= dhi * 1.1, (k, code)
                 assert code.delta_error < code.direct_error / 5          # the section's point, with room
+
+
+# --- demo 2: Streaming DiLoCo's tables (c) and (d) ------------------------------------
+
+from lecture09.schedule import sync_pricing as sp   # noqa: E402
+
+
+def test_a_sync_is_blocked_only_by_what_the_overlap_does_not_hide():
+    prices, s, plain = sp.price_syncs({"whole": (4.0, 30, 0), "third": (4.0 / 3, 10, 0), "hidden": (4.0 / 3, 10, 1),
+                                       "nothing": (0.0, 1, 0)})
+    assert plain == pytest.approx(s.compute_s + prices["whole"].iteration_s - s.compute_s - prices["whole"].blocked_s / 30)
+    assert prices["whole"].blocked_s == prices["whole"].sync_s and prices["whole"].hidden_s == 0
+    assert prices["hidden"].hidden_s == pytest.approx(plain)                  # one iteration of compute + pipeline
+    assert prices["hidden"].blocked_s == max(0.0, prices["hidden"].sync_s - plain)
+    assert prices["nothing"].sync_s > 0                                       # zero bytes still pay the latency
+    with pytest.raises(ValueError):
+        sp.price_syncs({"bad": (1.0, 0, 0)})
+
+
+def test_fragments_pay_the_latency_once_each():
+    # on a network without latency, F exchanges of a fragment cost one exchange of the model
+    fast = replace(SETUP, intra_latency_ms=0.0, inter_latency_ms_range=(0.0, 0.0))
+    prices, _, _ = sp.price_syncs({"whole": (4.0, 30, 0), "third": (4.0 / 3, 10, 0)}, fast)
+    assert 3 * prices["third"].sync_s == pytest.approx(prices["whole"].sync_s, rel=1e-9)
+    slow, _, _ = sp.price_syncs({"whole": (4.0, 30, 0), "third": (4.0 / 3, 10, 0)})
+    assert 3 * slow["third"].sync_s > slow["whole"].sync_s
+
+
+def _price(sync_s, hidden_s, every):
+    blocked = max(0.0, sync_s - hidden_s)
+    return sp.SyncPrice(sync_s, hidden_s, blocked, every, 20 + blocked / every)
+
+
+def test_table_d_observations_follow_the_numbers():
+    labels = ["AdamW", "DiLoCo", "S0", "S1"]
+    hidden = {k: v for k, v in zip(labels, [_price(32, 0, 1), _price(32, 0, 30), _price(12, 0, 10),
+                                            _price(12, 23, 10)])}
+    lines = sp.table_d_observations(labels, hidden, "DiLoCo", "S0", 3)
+    assert "一次 32.00 秒" in lines[0] and "摊到每步：1.07 对 1.20 秒" in lines[0]
+    assert "比整个模型一次多 4.00 秒" in lines[1] and lines[2].startswith("「S1」：")
+    partly = dict(hidden, S1=_price(30, 23, 10))
+    assert "只藏住了一部分" in sp.table_d_observations(labels, partly, "DiLoCo", "S0", 3)[-1]
+    one = sp.table_d_observations(labels, dict(hidden, S0=_price(32, 0, 30)), "DiLoCo", "S0", 1)
+    assert not any("延迟项" in line for line in one)
+
+
+def _table(peaks, bpcs, n_fragments=3):
+    from lecture09.compress import streaming_report as sr
+    from lecture09.compress.training import RunResult
+    rows = sr.build_rows(30, n_fragments, 1)
+    table = {}
+    for row, bpc, peak in zip(rows, bpcs, peaks):
+        mean = {"adamw": 4.0, "diloco": 4.0 / 30}.get(row.run.optimizer, 4.0 / 30)
+        result = RunResult(row.run, None, bpc, mean, 0.0, False, 300, 1.0, (),
+                           peak if row.run.optimizer == "streaming-diloco" else None)
+        table[row.label] = (row, (result,), (bpc - bpcs[0],))
+    return table
+
+
+def test_table_c_observations_follow_the_numbers():
+    from lecture09.compress import streaming_report as sr
+    table = _table([None, None, 4 / 3, 4 / 3, 0.34, 0.17], [2.0, 2.05, 2.051, 2.08, 2.08, 2.03])
+    lines = sr.table_c_observations(table)
+    assert "每步平均发的一样多（0.1333 字节/参数）" in lines[0] and "是 0.33 倍" in lines[0]
+    assert "「Streaming，3 片，τ = 0」+0.0510（比 DiLoCo +0.0010，差不多）" in lines[1]
+    assert "「Streaming，3 片，τ = 1」+0.0800（比 DiLoCo +0.0300，更差）" in lines[1]
+    assert "「Streaming，τ = 1，4 bit」+0.0300（比 DiLoCo -0.0200，更好）" in lines[1]
+    diverged = _table([None, None, 4 / 3, 4 / 3, 0.34, 0.17], [2.0, 2.05, float("nan"), 2.08, 2.08, 2.03])
+    assert "发散" in sr.table_c_observations(diverged)[1]
+    one = _table([None, None, 4.0, 0.5, 0.25], [2.0, 2.05, 2.05, 2.05, 2.05], n_fragments=1)
+    assert sr.table_c_observations(one)[0].startswith("只有 1 片")
+
+
+def test_the_quick_run_of_demo_2_prices_what_it_trained():
+    results, out = shared_quick_run("11_frontier.py")
+    demo2 = results["demo2"]
+    assert "(c) 小 GPT" in out and "(d) 用在演示 1" in out
+    labels = list(demo2["table"])
+    assert labels[0].startswith("AdamW") and len(labels) == 6
+    for label, (row, (result,), _) in demo2["table"].items():
+        price = demo2["prices"][label]
+        assert price.every == row.every and f"{price.sync_s:.2f}" in out
+        if row.run.optimizer == "streaming-diloco":
+            # equal slices differ by at most one value: the peak is the largest, the mean their average
+            assert result.peak_bytes_per_element == pytest.approx(result.bytes_per_element * row.every, rel=1e-4)

@@ -81,6 +81,10 @@ SWEEPS = {
         ["--quick", "--warm-steps", "0", "--block-size", "1"], ["--quick", "--block-size", "1048576"],
         ["--quick", "--global-batch", "8", "--second-batch", "100000", "--micro-batches", "64"],
         ["--quick", "--network", "aws-regional", "--intra-gbps", "0.01"],
+        ["--demo", "2", "--quick", "--fragments", "1", "--overlap", "0", "--jobs", "1"],
+        ["--demo", "2", "--steps", "2", "--sync-every", "64", "--fragments", "64", "--overlap", "0", "--jobs", "1"],
+        ["--demo", "2", "--quick", "--alpha", "1", "--outer-momentum", "0", "--outer-lr", "10", "--jobs", "1"],
+        ["--demo", "2", "--quick", "--seeds", "2", "--fragments", "6", "--overlap", "0", "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

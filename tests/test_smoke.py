@@ -30,7 +30,7 @@ CHEAPEST = {
     "08_byzantine.py": None,                                       # every table trains: golden tests
     "09_torchft.py": None,                                         # real processes, ~40 s: test_code9.py
     "10_hivemind.py": None,                                        # real processes, ~15 s: test_code10.py
-    "11_frontier.py": ["--quick"],                                 # 6 training steps, then arithmetic
+    "11_frontier.py": ["--demo", "1", "--quick"],                  # 6 training steps, then arithmetic
 }
 
 

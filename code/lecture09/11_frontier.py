@@ -13,16 +13,23 @@ largest term of demo 1's table: compressing the pipeline's activations.
         直接发激活和发"这次与上次见到同一批序列时的变化量"（AQ-SGD 的做法）各差多少。
       表 (b)：演示 1 的 1.3B 任务，流水线的字节按表 (a) 的 字节/值 缩小，重新求最优分配（分支定界），
         并把 fp16 时的最优分配按同样的字节再算一遍：分配变没变、每次迭代快多少。
+    演示 2（demo 2）：Streaming DiLoCo（Douillard et al. 2025）：模型切成几片轮流同步，每次同步和 τ 步
+      内层训练重叠，外层伪梯度可以量化成 int8 / 4 bit。
+      表 (c)：和 DiLoCo、每步通信的 AdamW 在同样种子上比：平均和峰值 字节/参数，Δ bits/字符。
+      表 (d)：每一行的一次交换放到演示 1 的慢网络上要几秒，重叠藏住多少，每次迭代等多久。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 几秒钟
+    python3 code/lecture09/11_frontier.py                    # 两个演示，时间见 README
+    python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
+    python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
-需要 (needs): torch（表 (a) 训练小 GPT）；表 (b) 是纯算术，在任何机器上逐位相同（schedule/）。
-表 (a) 的误差来自一次训练，随 CPU 和种子有小的变化；字节/值 只取决于形状和块大小。用时打印到 stderr。
+需要 (needs): torch（表 (a)、(c) 训练小 GPT）；表 (b)、(d) 是纯算术，在任何机器上逐位相同（schedule/）。
+表 (a) 的误差、表 (c) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小和片数。
+演示 2 的 6 次训练在 --jobs 个进程里，和演示 1 同时开始。用时打印到 stderr。
 """
 
 import sys
@@ -33,8 +40,10 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, apply_quick, given_flags, float_in, int_in, non_negative_int, run_main  # noqa: E402
+from lecture01.cli_args import (Parser, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
+                                precision_from_args, run_main)
 from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture09.compress import training_flags  # noqa: E402
 from lecture09.schedule.geo_network import PRESETS  # noqa: E402
 from lecture09.schedule.schedule_setup import ScheduleSetup  # noqa: E402
 
@@ -42,15 +51,18 @@ GBPS = float_in(1e-2, 1e5)               # as code 5: 10 Mbit/s .. 100 Tbit/s
 MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64
 # Table (a)'s training, written out so that --help needs no torch.
-DEFAULTS = dict(warm_steps=60, gap_steps=10, block_size=256, model_seed=0, data_seed=1)
-QUICK = dict(warm_steps=4, gap_steps=2)
+DEFAULTS = dict(training_flags.DEFAULTS, warm_steps=60, gap_steps=10, block_size=256, sync_every=30, fragments=3,
+                overlap=1, alpha=0.0, outer_lr=0.7, outer_momentum=0.9)
+QUICK = dict(warm_steps=4, gap_steps=2, steps=12, sync_every=6)
 
 
 def parse_args(argv=None):
     s = ScheduleSetup()
     p = Parser(description="第 9 讲代码 11：少通信训练的前沿 (lecture 9 code 11: the frontier)",
                epilog="例 example: --global-batch 512；--gap-steps 1；--network aws-world")
-    p.add_argument("--quick", action="store_true", help="更少的训练步，几秒钟（冒烟测试 smoke test）")
+    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default all)")
+    p.add_argument("--quick", action="store_true",
+                   help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
     ga.add_argument("--warm-steps", type=non_negative_int, default=DEFAULTS["warm_steps"],
                     help="训练多少步时第一次见到这批序列 steps before the earlier visit (default %(default)s)")
@@ -58,10 +70,6 @@ def parse_args(argv=None):
                     help="再过多少步又见到它们 steps between the two visits (default %(default)s)")
     ga.add_argument("--block-size", type=int_in(1, 1 << 20), default=DEFAULTS["block_size"],
                     help="int8 / 4 bit 每块几个值共用一个缩放因子 values per scale (default %(default)s)")
-    ga.add_argument("--model-seed", type=non_negative_int, default=DEFAULTS["model_seed"],
-                    help="模型初始化的种子 model init seed (default %(default)s)")
-    ga.add_argument("--data-seed", type=non_negative_int, default=DEFAULTS["data_seed"],
-                    help="数据顺序的种子 data order seed (default %(default)s)")
     gb = p.add_argument_group("表 (b) 演示 1 的任务 table (b): demo 1's job")
     gb.add_argument("--network", choices=("random",) + tuple(PRESETS), default=s.network,
                     help="random: 演示 1 的随机 4 地区网络；aws-*: Yuan et al. 实测的 AWS 链路 (default %(default)s)")
@@ -74,20 +82,38 @@ def parse_args(argv=None):
                     help="第二个 batch，0 = 不算 second batch, 0 = none (default %(default)s)")
     gb.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=s.n_micro_batches,
                     help="每个副本的微批次数 M (default %(default)s)")
+    gc = p.add_argument_group("演示 2 Streaming DiLoCo（表 (c)、(d)；--model-seed、--data-seed 也用于表 (a)）")
+    gc.add_argument("--sync-every", type=int_in(1, 100_000), default=DEFAULTS["sync_every"], metavar="H",
+                    help="DiLoCo 每 H 步交换一次；Streaming 每 H/F 步交换一片 (default %(default)s)")
+    gc.add_argument("--fragments", type=int_in(1, 64), default=DEFAULTS["fragments"], metavar="F",
+                    help="Streaming 把模型切成几片，F 要整除 H (default %(default)s)")
+    gc.add_argument("--overlap", type=non_negative_int, default=DEFAULTS["overlap"], metavar="TAU",
+                    help="τ：一片发出后再训练几步才用上它，要小于 H/F (default %(default)s)")
+    gc.add_argument("--alpha", type=float_in(0, 1), default=DEFAULTS["alpha"],
+                    help="同步后一片保留自己进度的比例 α（torchft 的 fragment_update_alpha）(default %(default)s)")
+    gc.add_argument("--outer-lr", type=float_in(0, 10, low_open=True), default=DEFAULTS["outer_lr"],
+                    help="外层 SGD 的学习率 outer learning rate (default %(default)s)")
+    gc.add_argument("--outer-momentum", type=float_in(0, 1, high_open=True), default=DEFAULTS["outer_momentum"],
+                    help="外层 Nesterov 动量，0 = 不用动量 (default %(default)s)")
+    training_flags.add_training_arguments(gc, DEFAULTS)
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
     if args.global_batch < s.n_replicas or (args.second_batch and args.second_batch < s.n_replicas):
         p.error(f"a global batch must give each of the {s.n_replicas} replicas at least one sequence")
+    if args.demo != "1":
+        if args.sync_every % args.fragments or args.sync_every < args.fragments:
+            p.error(f"--sync-every {args.sync_every} must be a multiple of --fragments {args.fragments}")
+        if args.overlap >= args.sync_every // args.fragments:
+            p.error(f"--overlap {args.overlap} must be below H / F = {args.sync_every // args.fragments}")
     setup = ScheduleSetup(network=args.network, net_seed=args.net_seed, intra_gbps=args.intra_gbps,
                           global_batch=args.global_batch, second_batch=args.second_batch,
                           n_micro_batches=args.micro_batches)
     return args, setup
 
 
-def main(argv=None):
-    args, setup = parse_args(argv)
-    started = time.perf_counter()
+def demo1(args, setup):
+    """Tables (a) and (b) and their observations; what the tests read."""
     from lecture01.tiny_gpt import TrainConfig
     from lecture09.compress import activation_codes
     from lecture09.lecture_model import MODEL_CONFIG
@@ -105,13 +131,81 @@ def main(argv=None):
     encodings = {activation_codes.label(c.scheme, args.block_size): c.bytes_per_value for c in study.codes}
     rows = activation_pricing.price_encodings(setup, geo, encodings, batches)
     activation_pricing.print_pricing(setup, rows, print_wrapped)
-    print("\n观察 observations：")
     observations = (activation_codes.study_observations(study, args.block_size)
                     + activation_pricing.pricing_observations(setup, rows))
-    for i, text in enumerate(observations, 1):
-        print_wrapped(f"  {i}. {text}。" if not text.endswith("。") else f"  {i}. {text}", indent="     ")
-    print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
+    print_observations(observations)
     return {"study": study, "rows": rows, "observations": observations}
+
+
+def print_observations(lines):
+    print("\n观察 observations：")
+    for i, text in enumerate(lines, 1):
+        print_wrapped(f"  {i}. {text}" + ("" if text.endswith("。") else "。"))
+
+
+def train_setup(args):
+    from dataclasses import replace
+    from lecture09.compress.compressed_dp import TrainSetup
+    return replace(TrainSetup().with_steps(args.steps), block_size=args.block_size, outer_lr=args.outer_lr,
+                   outer_momentum=args.outer_momentum, fragment_alpha=args.alpha, precision=precision_from_args(args))
+
+
+def demo2(args, train, rows, results_iter):
+    """Tables (c) and (d) and their observations."""
+    from lecture09.compress import streaming_report
+    from lecture09.compress.streaming_diloco import fragment_ranges
+    from lecture09.lecture_model import MODEL_CONFIG
+    from lecture09.schedule import sync_pricing
+
+    print_header("演示 2：Streaming DiLoCo——一片一片地同步，边训练边传")
+    table = streaming_report.collect(rows, results_iter, args.seeds)
+    streaming_report.print_table_c(train, table, args.seeds, print_wrapped)
+    print()
+    from lecture01 import tiny_gpt
+    n = tiny_gpt.make_model(MODEL_CONFIG).n_params()
+    largest = max(b - a for a, b in fragment_ranges([n], args.fragments)) / n
+    priced = {}
+    for label, (row, results, _) in table.items():
+        up = streaming_report.peak_of(results[0])
+        whole = row.run.optimizer != "streaming-diloco"
+        back = up if row.run.scheme == "none" else 4.0 * (1.0 if whole else largest)
+        priced[label] = ((up + back) / 2, row.every, row.overlap)
+    prices, setup, plain_s = sync_pricing.price_syncs(priced)
+    sync_pricing.print_table_d(list(priced), prices, setup, plain_s, print_wrapped)
+    labels = list(priced)
+    whole = next(l for l in labels if table[l][0].run.optimizer == "diloco")
+    fragment = next(l for l in labels if table[l][0].run.optimizer == "streaming-diloco")
+    observations = (streaming_report.table_c_observations(table)
+                    + sync_pricing.table_d_observations(labels, prices, whole, fragment, args.fragments))
+    print_observations(observations)
+    return {"table": table, "prices": prices, "observations": observations}
+
+
+def main(argv=None):
+    args, setup = parse_args(argv)
+    started = time.perf_counter()
+    results, pool = {}, None
+    if args.demo in ("2", "all"):
+        from lecture01 import tiny_gpt
+        from lecture09.compress import compressed_dp, streaming_report
+        tiny_gpt.use_deterministic_threads()
+        train = train_setup(args)
+        rows = streaming_report.build_rows(args.sync_every, args.fragments, args.overlap)
+        seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
+        # training starts first, in worker processes, so it overlaps demo 1
+        pool, results_iter = compressed_dp.start_training([(row.run, s, train) for row in rows for s in seeds],
+                                                          args.jobs)
+    try:
+        if args.demo in ("1", "all"):
+            results["demo1"] = demo1(args, setup)
+            print()
+        if args.demo in ("2", "all"):
+            results["demo2"] = demo2(args, train, rows, results_iter)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
+    return results
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
 from lecture01.cli_args import sigint_ignored
-from lecture09.compress import gloo_dp, local_sgd, onebit_adam, run_progress
+from lecture09.compress import gloo_dp, local_sgd, onebit_adam, run_progress, streaming_diloco
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
     COLLECTIVE_SCHEMES, world_tokens, WorkerCompression, make_aggregator, worker_gradients,
@@ -33,7 +33,8 @@ VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seed
             "adamw-frozen-v": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False),
             "adamw-frozen-v-avgclip": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False,
                                                                                    clip_average=True),
-            "diloco": local_sgd.train}
+            "diloco": local_sgd.train,
+            "streaming-diloco": streaming_diloco.train}      # Run.param = (H, fragments, τ)
 
 
 def train_run(run, seeds, setup):

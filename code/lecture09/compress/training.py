@@ -82,6 +82,8 @@ class TrainSetup:
     block_size: int = Options.block_size   # int8-block: entries per scale
     outer_lr: float = 0.7             # DiLoCo's outer SGD (OpenDiLoCo's values)
     outer_momentum: float = 0.9       # Nesterov; 0 = no momentum (then outer lr 1 is plain model averaging)
+    fragment_alpha: float = 0.0       # Streaming DiLoCo: a synced fragment keeps α of the worker's own
+                                      # progress (torchft's fragment_update_alpha; its default 0)
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
@@ -114,6 +116,7 @@ class RunResult:
     steps_done: int             # < setup.steps when training stopped at the divergence
     seconds: float
     losses: tuple = ()          # training loss per step (the loss-curve chart)
+    peak_bytes_per_element: float = None   # the most one worker sends in one step (streaming_diloco)
 
 
 class Diverged(Exception):
