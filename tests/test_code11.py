@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import LECTURE09, shared_quick_run
+from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
 from lecture09.compress import activation_codes as ac
 from lecture09.compress.compression_schemes import SCHEMES, Options
 from lecture09.schedule import activation_pricing as ap
@@ -266,3 +266,38 @@ def test_the_quick_run_of_demo_2_prices_what_it_trained():
         if row.run.optimizer == "streaming-diloco":
             # equal slices differ by at most one value: the peak is the largest, the mean their average
             assert result.peak_bytes_per_element == pytest.approx(result.bytes_per_element * row.every, rel=1e-4)
+
+
+def test_the_notes_streaming_table_quotes_the_bytes_of_the_quick_run():
+    # bytes per parameter are arithmetic and do not depend on the steps when H divides them
+    _, out = shared_quick_run("11_frontier.py")
+    notes = [[c.strip() for c in line.strip("|").split("|")] for line in _notes_section_11().splitlines()
+             if line.startswith(("| DiLoCo，每", "| Streaming"))]
+    assert len(notes) == 5
+    for cells in notes:
+        peak = cells[2]
+        assert peak in out
+        assert cells[1] == f"{4 * {'4.0000': 1 / 30}.get(peak, float(peak) / 4 / 10):.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.claims
+def test_the_default_streaming_run_lies_in_the_notes_ranges():
+    """§11.3's ranges are 5 draws (fp32); the default seed pair is one of them: its Δ and its
+    paired difference against DiLoCo fall inside, widened by 0.01 bpc (another CPU)."""
+    import math
+    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "2", "--fp32"])
+    table = results["demo2"]["table"]
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in _notes_section_11().splitlines()
+                                          if line.startswith(("| DiLoCo，每", "| Streaming")))}
+    diloco = next(l for l in table if table[l][0].run.optimizer == "diloco")
+    for label, (row, (result,), (delta,)) in table.items():
+        if label not in rows:
+            continue
+        lo, hi = (float(x) for x in rows[label][3].split(".."))
+        assert lo - 0.01 <= delta <= hi + 0.01, (label, delta)
+        if label != diloco:
+            lo, hi = (float(x) for x in rows[label][4].split(".."))
+            diff = result.bpc - table[diloco][1][0].bpc
+            assert math.isfinite(diff) and lo - 0.01 <= diff <= hi + 0.01, (label, diff)

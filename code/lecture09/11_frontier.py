@@ -84,13 +84,15 @@ def parse_args(argv=None):
                     help="每个副本的微批次数 M (default %(default)s)")
     gc = p.add_argument_group("演示 2 Streaming DiLoCo（表 (c)、(d)；--model-seed、--data-seed 也用于表 (a)）")
     gc.add_argument("--sync-every", type=int_in(1, 100_000), default=DEFAULTS["sync_every"], metavar="H",
-                    help="DiLoCo 每 H 步交换一次；Streaming 每 H/F 步交换一片 (default %(default)s)")
+                    help="DiLoCo 每 H 步交换一次；Streaming 每 H/F 步交换一片 sync period (default %(default)s)")
     gc.add_argument("--fragments", type=int_in(1, 64), default=DEFAULTS["fragments"], metavar="F",
-                    help="Streaming 把模型切成几片，F 要整除 H (default %(default)s)")
+                    help="Streaming 把模型切成几片，F 要整除 H fragments (default %(default)s)")
     gc.add_argument("--overlap", type=non_negative_int, default=DEFAULTS["overlap"], metavar="TAU",
-                    help="τ：一片发出后再训练几步才用上它，要小于 H/F (default %(default)s)")
+                    help="τ：一片发出后再训练几步才用上它，要小于 H/F overlap steps (default %(default)s)")
     gc.add_argument("--alpha", type=float_in(0, 1), default=DEFAULTS["alpha"],
-                    help="同步后一片保留自己进度的比例 α（torchft 的 fragment_update_alpha）(default %(default)s)")
+                    help="同步后一片保留自己进度的比例 α，torchft 的 fragment_update_alpha (mixing; default %(default)s)")
+    gc.add_argument("--final-sync", action="store_true",
+                    help="训练结束后每一片再同步一次再评估（对照：片段到最后有多旧）every fragment syncs once more at the end")
     gc.add_argument("--outer-lr", type=float_in(0, 10, low_open=True), default=DEFAULTS["outer_lr"],
                     help="外层 SGD 的学习率 outer learning rate (default %(default)s)")
     gc.add_argument("--outer-momentum", type=float_in(0, 1, high_open=True), default=DEFAULTS["outer_momentum"],
@@ -147,7 +149,8 @@ def train_setup(args):
     from dataclasses import replace
     from lecture09.compress.compressed_dp import TrainSetup
     return replace(TrainSetup().with_steps(args.steps), block_size=args.block_size, outer_lr=args.outer_lr,
-                   outer_momentum=args.outer_momentum, fragment_alpha=args.alpha, precision=precision_from_args(args))
+                   outer_momentum=args.outer_momentum, fragment_alpha=args.alpha, final_sync=args.final_sync,
+                   precision=precision_from_args(args))
 
 
 def demo2(args, train, rows, results_iter):

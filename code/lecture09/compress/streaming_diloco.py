@@ -18,7 +18,11 @@ tests/test_streaming_diloco.py checks sync by sync against torchft itself:
 Fragments are ranges of the flat parameter vector: equal slices (the peak is exactly
 1/F of the model), or whole tensors in order (what torchft can split: modules).
 Training stops after the last step with every fragment at its last synced θ_global
-(torchft's state then), and bits per character are those of that θ_global. Bytes are
+(torchft's state then), and bits per character are those of that θ_global; with
+setup.final_sync every fragment then takes one more outer step on what the workers have
+done since its last sync (as local_sgd's last round): the control for how much the
+fragments' staleness at the end costs. Its bytes are not counted: it is a measurement's
+control, not part of the schedule. Bytes are
 counted from the encoded tensors: the mean per step, and the peak, the most one worker
 sends in one step.
 """
@@ -151,6 +155,19 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
                 torch.nn.utils.vector_to_parameters(flat, model.parameters())
             if record is not None:
                 record.append(torch.cat([f.detach() for f in fragments]).clone())
+    if setup.final_sync and not diverged:
+        last = {k: sync for _, sync, k in sync_events(r.steps, h_total, n_fragments, delay)}
+        for k, (a, b) in enumerate(ranges):
+            if last.get(k) == r.steps:
+                continue                  # synced at the very last step: nothing left to send
+            received = None
+            for model in workers:
+                delta = fragments[k].detach() - torch.nn.utils.parameters_to_vector(model.parameters()).detach()[a:b]
+                decoded = scheme.decode(scheme.encode(delta, options), delta.shape, options)
+                received = decoded if received is None else received + decoded
+            outer.zero_grad(set_to_none=True)
+            fragments[k].grad = received / n_workers
+            outer.step()
     with torch.no_grad():
         torch.nn.utils.vector_to_parameters(torch.cat([f.detach() for f in fragments]), global_model.parameters())
     n = global_model.n_params()

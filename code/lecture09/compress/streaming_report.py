@@ -66,6 +66,7 @@ def print_table_c(setup, table, n_seeds, out):
     out(f"(c) 小 GPT，{t.n_workers} 个工作者，{t.steps} 步，batch {t.recipe.batch_size}，前向 {t.precision}；"
         f"外层 SGD lr {t.outer_lr:g}、" + (f"Nesterov 动量 {t.outer_momentum:g}" if t.outer_momentum else "不用动量")
         + f"；片段合并 α = {t.fragment_alpha:g}" + ("（torchft 的默认）" if t.fragment_alpha == 0 else "")
+        + ("；--final-sync：训练结束后每一片再同步一次（这次的字节不计）" if t.final_sync else "")
         + "。字节/参数 = 每个工作者每步每个参数发出的字节（平均，和发得最多的那一步：峰值），"
         f"从编码后的张量数出来。Δ = 这一行 − 同样种子的 AdamW（配对差，{n_seeds} 组种子）：")
     rows = []
@@ -107,16 +108,21 @@ def table_c_observations(table, tolerance=cdp.DELTA_TOLERANCE_BPC):
         lines.append(f"「{streams[0]}」和「{diloco}」{mean_words}；峰值 {peak_of(s_res):.4f} 对 "
                      f"{peak_of(d_res):.4f}，是 {peak_of(s_res) / peak_of(d_res):.2f} 倍。切成 {n_fragments} 片，"
                      "省下的是一次要发的量")
-    pairs = [(l, mean_delta(l)) for l in streams]
     base = mean_delta(diloco)
+    pairs = [(l, mean_delta(l)) for l in streams]
     if base is not None and all(d is not None for _, d in pairs):
         worded = []
         for label, d in pairs:
-            diff = d - base
-            word = "差不多" if abs(diff) <= tolerance else ("更差" if diff > 0 else "更好")
-            worded.append(f"「{label}」{_signed(d)}（比 DiLoCo {_signed(diff)}，{word}）")
+            diffs = [s.bpc - b.bpc for s, b in zip(table[label][1], table[diloco][1])]   # paired, seed by seed
+            word = {"same": "差不多", "worse": "更差", "better": "更好",
+                    "unclear": "种子之间不一致"}[cdp.verdict(diffs, tolerance)]
+            spread = "" if len(diffs) == 1 else f"，{_signed(min(diffs))}..{_signed(max(diffs))}"
+            worded.append(f"「{label}」{_signed(d)}（比 DiLoCo {_signed(sum(diffs) / len(diffs))}{spread}，{word}）")
+        n = len(table[diloco][1])
         lines.append(f"Δ（越小越好）：DiLoCo {_signed(base)}；" + "；".join(worded)
-                     + f"。差的绝对值 ≤ {tolerance:g} 算差不多；一组种子的差只是一次抽样，--seeds 5 给出范围")
+                     + f"。和 DiLoCo 的差是同一组种子上的配对差，差的绝对值 ≤ {tolerance:g} 算差不多"
+                     + ("；一组种子只是一次抽样，--seeds 5 给出范围" if n == 1 else
+                        f"；{n} 组种子都在同一边才说更好或更差"))
     else:
         lines.append("有的行发散了，表里没有它的 Δ，不比较")
     return lines

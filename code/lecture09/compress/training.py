@@ -84,6 +84,7 @@ class TrainSetup:
     outer_momentum: float = 0.9       # Nesterov; 0 = no momentum (then outer lr 1 is plain model averaging)
     fragment_alpha: float = 0.0       # Streaming DiLoCo: a synced fragment keeps α of the worker's own
                                       # progress (torchft's fragment_update_alpha; its default 0)
+    final_sync: bool = False          # Streaming DiLoCo: every fragment syncs once more after the last step
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
