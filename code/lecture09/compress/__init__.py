@@ -5,4 +5,5 @@ training        the engine one run goes through; compressed_dp runs many and pai
 powersgd, onebit_adam, local_sgd (DiLoCo), gloo_dp (the same on real DDP ranks)
 run_progress, training_flags       progress across processes; the flags 05 and 07 share
 activation_codes   pipeline activations through the registry, directly and as a change (§11)
+streaming_diloco, streaming_report   Streaming DiLoCo (fragments, overlap) and its table (§11.3)
 """
