@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
 from lecture01.cli_args import sigint_ignored
-from lecture09.compress import gloo_dp, local_sgd, onebit_adam, run_progress, streaming_diloco
+from lecture09.compress import decoupled_momentum, gloo_dp, local_sgd, onebit_adam, run_progress, streaming_diloco
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
     COLLECTIVE_SCHEMES, world_tokens, WorkerCompression, make_aggregator, worker_gradients,
@@ -34,7 +34,8 @@ VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seed
             "adamw-frozen-v-avgclip": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False,
                                                                                    clip_average=True),
             "diloco": local_sgd.train,
-            "streaming-diloco": streaming_diloco.train}      # Run.param = (H, fragments, τ)
+            "streaming-diloco": streaming_diloco.train,      # Run.param = (H, fragments, τ)
+            "demo": decoupled_momentum.train}                # Run.param = (top-k per chunk, chunk)
 
 
 def train_run(run, seeds, setup):

@@ -85,6 +85,10 @@ class TrainSetup:
     fragment_alpha: float = 0.0       # Streaming DiLoCo: a synced fragment keeps α of the worker's own
                                       # progress (torchft's fragment_update_alpha; its default 0)
     final_sync: bool = False          # Streaming DiLoCo: every fragment syncs once more after the last step
+    demo_lr: float = 6e-3             # DeMo's sign-SGD peak lr on lecture 1's schedule: the best of
+                                      # {3e-4, 1e-3, 3e-3, 6e-3, 1e-2} at seed pair (0, 1), fp32 (notes §11.4)
+    demo_decay: float = 0.999         # DeMo's momentum decay β (demo.py's compression_decay default)
+    demo_weight_decay: float = 0.0    # DeMo's decoupled weight decay λ (demo.py's default)
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
