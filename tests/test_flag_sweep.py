@@ -85,6 +85,11 @@ SWEEPS = {
         ["--demo", "2", "--steps", "2", "--sync-every", "64", "--fragments", "64", "--overlap", "0", "--jobs", "1"],
         ["--demo", "2", "--quick", "--alpha", "1", "--outer-momentum", "0", "--outer-lr", "10", "--jobs", "1"],
         ["--demo", "2", "--quick", "--seeds", "2", "--fragments", "6", "--overlap", "0", "--jobs", "1"],
+        # DeMo: one coefficient per chunk (everything sent, no control row); k beyond any chunk;
+        # the largest lr with no momentum (sign-SGD at lr 1 blows up but stays finite)
+        ["--demo", "3", "--quick", "--topk-per-chunk", "1", "--chunk", "1", "--jobs", "1"],
+        ["--demo", "3", "--quick", "--topk-per-chunk", "1048576", "--chunk", "1024", "--jobs", "1"],
+        ["--demo", "3", "--quick", "--sign-lr", "1", "--momentum-decay", "0", "--seeds", "2", "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

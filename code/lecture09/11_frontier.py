@@ -17,6 +17,11 @@ largest term of demo 1's table: compressing the pipeline's activations.
       内层训练重叠，外层伪梯度可以量化成 int8 / 4 bit。
       表 (c)：和 DiLoCo、每步通信的 AdamW 在同样种子上比：平均和峰值 字节/参数，Δ bits/字符。
       表 (d)：每一行的一次交换放到演示 1 的慢网络上要几秒，重叠藏住多少，每次迭代等多久。
+    演示 3（demo 3）：DeMo（Peng、Quesnelle & Kingma 2024）：每个工作者把动量留在本地，每步只发它分块 DCT
+      后每块最大的 k 个系数，收到的平均后取符号（sign-SGD）。
+      表 (e)：和每步通信的 AdamW、top-k 1% + 误差反馈在同样种子上比：发出和收到的 字节/参数，Δ bits/字符；
+        外加一行对照：系数全发。
+      表 (f)：每一行每步交换一次，放到演示 1 的 1.3B 任务上，每次迭代几秒。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
 
@@ -24,12 +29,14 @@ largest term of demo 1's table: compressing the pipeline's activations.
     python3 code/lecture09/11_frontier.py                    # 两个演示，时间见 README
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
+    python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
-需要 (needs): torch（表 (a)、(c) 训练小 GPT）；表 (b)、(d) 是纯算术，在任何机器上逐位相同（schedule/）。
-表 (a) 的误差、表 (c) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小和片数。
-演示 2 的 6 次训练在 --jobs 个进程里，和演示 1 同时开始。用时打印到 stderr。
+需要 (needs): torch（表 (a)、(c)、(e) 训练小 GPT）；表 (b)、(d)、(f) 是纯算术，在任何机器上逐位相同。
+表 (a) 的误差、表 (c)、(e) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小和片数。
+演示 2、3 的训练（6 + 3 次）在 --jobs 个进程里，和演示 1 同时开始；两个都跑时演示 3 借用演示 2 的 AdamW。
+用时打印到 stderr。
 """
 
 import sys
@@ -52,7 +59,9 @@ MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64
 # Table (a)'s training, written out so that --help needs no torch.
 DEFAULTS = dict(training_flags.DEFAULTS, warm_steps=60, gap_steps=10, block_size=256, sync_every=30, fragments=3,
-                overlap=1, alpha=0.0, outer_lr=0.7, outer_momentum=0.9)
+                overlap=1, alpha=0.0, outer_lr=0.7, outer_momentum=0.9,
+                topk_per_chunk=32, chunk=64, sign_lr=6e-3, momentum_decay=0.999)
+MAX_CHUNK = 1024      # a chunk of 1024 x 1024 coefficients: more than any tensor of the tiny GPT
 QUICK = dict(warm_steps=4, gap_steps=2, steps=12, sync_every=6)
 
 
@@ -60,7 +69,7 @@ def parse_args(argv=None):
     s = ScheduleSetup()
     p = Parser(description="第 9 讲代码 11：少通信训练的前沿 (lecture 9 code 11: the frontier)",
                epilog="例 example: --global-batch 512；--gap-steps 1；--network aws-world")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all", help="跑哪个演示 which demo (default all)")
     p.add_argument("--quick", action="store_true",
                    help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
@@ -97,13 +106,22 @@ def parse_args(argv=None):
                     help="外层 SGD 的学习率 outer learning rate (default %(default)s)")
     gc.add_argument("--outer-momentum", type=float_in(0, 1, high_open=True), default=DEFAULTS["outer_momentum"],
                     help="外层 Nesterov 动量，0 = 不用动量 (default %(default)s)")
+    gd = p.add_argument_group("演示 3 DeMo（表 (e)、(f)；训练的参数和演示 2 共用）")
+    gd.add_argument("--topk-per-chunk", type=int_in(1, MAX_CHUNK * MAX_CHUNK), default=DEFAULTS["topk_per_chunk"],
+                    metavar="K", help="DCT 之后每块发几个系数 coefficients sent per chunk (default %(default)s)")
+    gd.add_argument("--chunk", type=int_in(1, MAX_CHUNK), default=DEFAULTS["chunk"],
+                    help="块的边长上限：每一维取不超过它的最大因数 chunk side (default %(default)s)")
+    gd.add_argument("--sign-lr", type=float_in(0, 1, low_open=True), default=DEFAULTS["sign_lr"],
+                    help="DeMo 的 sign-SGD 峰值学习率 peak learning rate (default %(default)s)")
+    gd.add_argument("--momentum-decay", type=float_in(0, 1, high_open=True), default=DEFAULTS["momentum_decay"],
+                    help="本地动量的衰减 β local momentum decay (default %(default)s)")
     training_flags.add_training_arguments(gc, DEFAULTS)
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
     if args.global_batch < s.n_replicas or (args.second_batch and args.second_batch < s.n_replicas):
         p.error(f"a global batch must give each of the {s.n_replicas} replicas at least one sequence")
-    if args.demo != "1":
+    if args.demo in ("2", "all"):
         if args.sync_every % args.fragments or args.sync_every < args.fragments:
             p.error(f"--sync-every {args.sync_every} must be a multiple of --fragments {args.fragments}")
         if args.overlap >= args.sync_every // args.fragments:
@@ -150,7 +168,7 @@ def train_setup(args):
     from lecture09.compress.compressed_dp import TrainSetup
     return replace(TrainSetup().with_steps(args.steps), block_size=args.block_size, outer_lr=args.outer_lr,
                    outer_momentum=args.outer_momentum, fragment_alpha=args.alpha, final_sync=args.final_sync,
-                   precision=precision_from_args(args))
+                   demo_lr=args.sign_lr, demo_decay=args.momentum_decay, precision=precision_from_args(args))
 
 
 def demo2(args, train, rows, results_iter):
@@ -184,26 +202,53 @@ def demo2(args, train, rows, results_iter):
     return {"table": table, "prices": prices, "observations": observations}
 
 
+def demo3(args, train, rows, results_iter, base=None):
+    """Tables (e) and (f) and their observations; base: demo 2's AdamW results, if it ran."""
+    from lecture09.compress import decoupled_report as report
+    from lecture09.schedule import sync_pricing
+
+    print_header("演示 3：DeMo——动量留在本地，只发 DCT 之后最大的系数")
+    table = report.collect(rows, results_iter, args.seeds, base)
+    report.print_table_e(train, table, args.seeds, print_wrapped)
+    print()
+    priced, n_xl = report.price_rows(table, args.topk_per_chunk, args.chunk, train.topk_ratio)
+    prices, setup, plain_s = sync_pricing.price_syncs({label: (c, 1, 0) for label, (c, _) in priced.items()})
+    report.print_table_f(priced, prices, setup, plain_s, n_xl, print_wrapped)
+    observations = (report.table_e_observations(table, train.n_workers)
+                    + report.table_f_observations(priced, prices, plain_s))
+    print_observations(observations)
+    return {"table": table, "priced": priced, "prices": prices, "observations": observations}
+
+
 def main(argv=None):
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None
-    if args.demo in ("2", "all"):
+    with_2, with_3 = args.demo in ("2", "all"), args.demo in ("3", "all")
+    if with_2 or with_3:
         from lecture01 import tiny_gpt
-        from lecture09.compress import compressed_dp, streaming_report
+        from lecture09.compress import compressed_dp, decoupled_report, streaming_report
         tiny_gpt.use_deterministic_threads()
         train = train_setup(args)
-        rows = streaming_report.build_rows(args.sync_every, args.fragments, args.overlap)
+        rows2 = streaming_report.build_rows(args.sync_every, args.fragments, args.overlap) if with_2 else []
+        rows3 = decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio) if with_3 else []
         seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
+        # demo 3's first row is every-step AdamW, demo 2's first row too: trained once
+        runs = [row.run for row in rows2] + [row.run for row in (rows3[1:] if with_2 else rows3)]
         # training starts first, in worker processes, so it overlaps demo 1
-        pool, results_iter = compressed_dp.start_training([(row.run, s, train) for row in rows for s in seeds],
+        pool, results_iter = compressed_dp.start_training([(run, s, train) for run in runs for s in seeds],
                                                           args.jobs)
     try:
         if args.demo in ("1", "all"):
             results["demo1"] = demo1(args, setup)
             print()
-        if args.demo in ("2", "all"):
-            results["demo2"] = demo2(args, train, rows, results_iter)
+        if with_2:
+            results["demo2"] = demo2(args, train, rows2, results_iter)
+        if with_3:
+            if with_2:
+                print()
+            base = next(iter(results["demo2"]["table"].values()))[1] if with_2 else None
+            results["demo3"] = demo3(args, train, rows3, results_iter, base)
     finally:
         if pool is not None:
             pool.terminate()

@@ -35,8 +35,8 @@ from lecture09.compress import training as engine
 
 
 def chunk_side(n, target):
-    """The largest divisor of n that is at most target (demo.py's rule; n itself when no
-    divisor but 1 would fit under a target of 1)."""
+    """The largest divisor of n that is at most target (demo.py's rule): 1 for a prime side
+    longer than the target."""
     if n < 1 or target < 1:
         raise ValueError(f"need a side and a chunk of at least 1, got {n} and {target}")
     return max(d for d in range(1, min(n, target) + 1) if n % d == 0)
