@@ -225,3 +225,49 @@ def test_bad_demo_3_flags_are_one_line_and_status_2(argv):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _notes_rows(first_cells):
+    from conftest import ROOT
+    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    section = text[text.index("### 11.4 "):text.index("## 参考文献 References")]
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in section.splitlines() if line.startswith(first_cells))}
+
+
+def test_the_notes_table_e_quotes_the_bytes_of_the_quick_run():
+    # bytes are arithmetic: the same in the quick run as in the 5-seed runs the notes quote
+    results, _ = shared_quick_run("11_frontier.py")
+    rows = _notes_rows(("| top-k", "| DeMo，"))
+    assert len(rows) == 3
+    for label, (row, runs, _) in results["demo3"]["table"].items():
+        if label in rows:
+            sent = runs[0].bytes_per_element
+            assert rows[label][1:3] == [f"{sent:.4f}", f"{dr.received(sent, row.gathered, 4):.4f}"]
+
+
+def _range(cell):
+    lo, hi = (float(x) for x in cell.split(".."))
+    return lo, hi
+
+
+@pytest.mark.slow
+@pytest.mark.claims
+def test_the_default_demo_3_run_lies_in_the_notes_ranges():
+    """§11.4's ranges are 5 draws (seed pairs (k, k+1), fp32 and bf16); the default seed pair
+    is one of them: each row's Δ and the two paired differences fall inside the fp32 range,
+    widened by 0.01 bpc (another CPU sums in another order)."""
+    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "3", "--fp32"])
+    table = results["demo3"]["table"]
+    rows = _notes_rows(("| top-k", "| DeMo，"))
+    pairs = _notes_rows(("| DeMo 减",))
+    assert len(rows) == 3 and len(pairs) == 2
+    for label, (row, _, (delta,)) in list(table.items())[1:]:
+        lo, hi = _range(rows[label][3])
+        assert lo - 0.01 <= delta <= hi + 0.01, (label, delta)
+    by_kind = {("topk" if row.run.scheme == "topk" else "control" if row.control else row.run.optimizer): runs[0]
+               for row, runs, _ in table.values()}
+    for name, other in (("DeMo 减 top-k + 误差反馈", "topk"), ("DeMo 减 系数全发", "control")):
+        diff = by_kind["demo"].bpc - by_kind[other].bpc
+        lo, hi = _range(pairs[name][1])
+        assert math.isfinite(diff) and lo - 0.01 <= diff <= hi + 0.01, (name, diff)

@@ -86,7 +86,8 @@ class TrainSetup:
                                       # progress (torchft's fragment_update_alpha; its default 0)
     final_sync: bool = False          # Streaming DiLoCo: every fragment syncs once more after the last step
     demo_lr: float = 6e-3             # DeMo's sign-SGD peak lr on lecture 1's schedule: the best of
-                                      # {3e-4, 1e-3, 3e-3, 6e-3, 1e-2} at seed pair (0, 1), fp32 (notes §11.4)
+                                      # {3e-4, 1e-3, 3e-3, 6e-3, 1e-2} at seed pair (0, 1), and of
+                                      # {1e-3, 3e-3, 6e-3, 1e-2} at (0, 1) and (1, 2), fp32 (notes §11.4)
     demo_decay: float = 0.999         # DeMo's momentum decay β (demo.py's compression_decay default)
     demo_weight_decay: float = 0.0    # DeMo's decoupled weight decay λ (demo.py's default)
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
