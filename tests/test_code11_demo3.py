@@ -162,7 +162,7 @@ def test_bytes_observation_when_demo_sends_every_coefficient():
 
 def test_price_rows_leave_out_the_control_and_charge_an_all_gather_as_eq_2():
     table = _table({"AdamW": [1.5], "top-k": [2.5], "DeMo，每块": [1.6], "DeMo，系数": [1.7]})
-    priced, n = dr.price_rows(table, 32, 64, 0.01)
+    priced, n = dr.price_rows(table, 32, 64, 0.01, 8)
     assert n == 1_315_723_264 and len(priced) == 3
     (c_adamw, s_adamw), (c_topk, s_topk), (c_demo, s_demo) = priced.values()
     assert (c_adamw, s_adamw) == (4.0, 4.0)

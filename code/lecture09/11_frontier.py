@@ -211,7 +211,8 @@ def demo3(args, train, rows, results_iter, base=None):
     table = report.collect(rows, results_iter, args.seeds, base)
     report.print_table_e(train, table, args.seeds, print_wrapped)
     print()
-    priced, n_xl = report.price_rows(table, args.topk_per_chunk, args.chunk, train.topk_ratio)
+    priced, n_xl = report.price_rows(table, args.topk_per_chunk, args.chunk, train.topk_ratio,
+                                     ScheduleSetup().n_replicas)        # sync_pricing's job: demo 1's
     prices, setup, plain_s = sync_pricing.price_syncs({label: (c, 1, 0) for label, (c, _) in priced.items()})
     report.print_table_f(priced, prices, setup, plain_s, n_xl, print_wrapped)
     observations = (report.table_e_observations(table, train.n_workers)

@@ -6,4 +6,5 @@ powersgd, onebit_adam, local_sgd (DiLoCo), gloo_dp (the same on real DDP ranks)
 run_progress, training_flags       progress across processes; the flags 05 and 07 share
 activation_codes   pipeline activations through the registry, directly and as a change (§11)
 streaming_diloco, streaming_report   Streaming DiLoCo (fragments, overlap) and its table (§11.3)
+decoupled_momentum, decoupled_report   DeMo (chunked DCT, top-k, sign-SGD) and its tables (§11.4)
 """

@@ -206,13 +206,12 @@ def table_e_observations(table, n_workers, tolerance=cdp.DELTA_TOLERANCE_BPC):
     return lines
 
 
-def price_rows(table, topk, chunk, topk_ratio, setup=None):
+def price_rows(table, topk, chunk, topk_ratio, n_replicas):
     """{label: (c bytes per parameter for Eq. 2, sent by one worker on the 1.3B)} for
-    table (f): AdamW and the first DeMo and top-k rows (the control is a training control,
-    not a method). DeMo's bytes from the 1.3B's own shapes (demo_bytes(gpt_shapes(XL)))."""
-    from lecture09.schedule.schedule_setup import ScheduleSetup
-    s = setup or ScheduleSetup()
-    w = s.n_replicas
+    table (f), with n_replicas data-parallel replicas (demo 1's job: 8): AdamW and the first
+    DeMo and top-k rows (the control is a training control, not a method). DeMo's bytes
+    from the 1.3B's own shapes (demo_bytes(gpt_shapes(XL)))."""
+    w = n_replicas
     total, params = demo_bytes(gpt_shapes(**XL), topk, chunk)
     priced = {}
     for label, (row, _, _) in table.items():
