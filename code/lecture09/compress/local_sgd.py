@@ -25,8 +25,33 @@ from lecture09.compress import run_progress
 from lecture09.compress import training as engine
 
 
-def train(run, seeds, setup):
-    """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global)."""
+class PseudoGradientExchange:
+    """DiLoCo's exchange: each worker's pseudo-gradient encoded by a registry scheme (with
+    error feedback if the row asks), decoded and averaged. __call__(deltas) takes one flat
+    Δ_w per worker and returns (their average as received, bytes one worker sent)."""
+
+    def __init__(self, run, setup):
+        self.scheme, self.options = SCHEMES[run.scheme], setup.options
+        self.memories = [Residuals() for _ in range(setup.n_workers)] if run.error_feedback else None
+
+    def __call__(self, deltas):
+        received = None
+        for w, delta in enumerate(deltas):
+            if self.memories is None:
+                parts = self.scheme.encode(delta, self.options)
+                decoded = self.scheme.decode(parts, delta.shape, self.options)
+            else:
+                encoded, decoded_named = self.memories[w].propose({"": delta}, self.scheme, self.options)
+                self.memories[w].commit()
+                parts, decoded = encoded[""], decoded_named[""]
+            received = decoded if received is None else received + decoded
+        return received / len(deltas), parts_bytes(parts)
+
+
+def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None):
+    """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global).
+    exchange(deltas) -> (pseudo-gradient, bytes one worker sent) replaces DiLoCo's (SparseLoCo);
+    outer_lr, outer_momentum replace setup's (SparseLoCo's outer step has no momentum)."""
     from lecture01 import tiny_gpt
 
     tiny_gpt.use_deterministic_threads()
@@ -35,12 +60,13 @@ def train(run, seeds, setup):
     inner_steps, r, n_workers = run.param, setup.recipe, setup.n_workers
     global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     global_params = list(global_model.parameters())
-    outer = torch.optim.SGD(global_params, lr=setup.outer_lr, momentum=setup.outer_momentum,
-                            nesterov=setup.outer_momentum > 0)   # OpenDiLoCo: 0.7, 0.9, Nesterov
+    lr_out = setup.outer_lr if outer_lr is None else outer_lr
+    momentum = setup.outer_momentum if outer_momentum is None else outer_momentum
+    outer = torch.optim.SGD(global_params, lr=lr_out, momentum=momentum,
+                            nesterov=momentum > 0)   # OpenDiLoCo: 0.7, 0.9, Nesterov
     workers = [copy.deepcopy(global_model) for _ in range(n_workers)]
     inner = [tiny_gpt.make_adamw(w, r) for w in workers]
-    scheme, options = SCHEMES[run.scheme], setup.options
-    memories = [Residuals() for _ in range(n_workers)] if run.error_feedback else None
+    exchange = exchange or PseudoGradientExchange(run, setup)
     gen = torch.Generator().manual_seed(seeds.data)
     per_worker = r.batch_size // n_workers
     losses, total_bytes, diverged = [], 0, False
@@ -67,19 +93,9 @@ def train(run, seeds, setup):
         if (step + 1) % inner_steps and step + 1 < r.steps:
             continue
         theta = torch.nn.utils.parameters_to_vector(global_params).detach()
-        received = None
-        for w, model in enumerate(workers):
-            delta = theta - torch.nn.utils.parameters_to_vector(model.parameters()).detach()   # (n,)
-            if memories is None:
-                parts = scheme.encode(delta, options)
-                decoded = scheme.decode(parts, delta.shape, options)
-            else:
-                encoded, decoded_named = memories[w].propose({"": delta}, scheme, options)
-                memories[w].commit()
-                parts, decoded = encoded[""], decoded_named[""]
-            received = decoded if received is None else received + decoded
-        total_bytes += parts_bytes(parts)
-        pseudo_gradient = received / n_workers
+        deltas = [theta - torch.nn.utils.parameters_to_vector(model.parameters()).detach() for model in workers]
+        pseudo_gradient, sent = exchange(deltas)                                  # (n,), bytes
+        total_bytes += sent
         offset = 0
         for p in global_params:
             p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
