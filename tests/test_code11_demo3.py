@@ -13,6 +13,7 @@ import torch
 from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
 from lecture09.compress import decoupled_momentum as dm
 from lecture09.compress import decoupled_report as dr
+from lecture09.compress import compressed_dp as cdp
 from lecture09.compress.compressed_dp import Seeds
 from lecture09.compress.training import RunResult
 from lecture09.schedule.sync_pricing import SyncPrice
@@ -109,14 +110,26 @@ def test_collect_pairs_each_row_with_adamw_seed_by_seed():
     assert deltas[2] == pytest.approx((0.02, -0.02))
 
 
-def test_collect_with_demo_2s_adamw_does_not_train_it_again():
-    base = _table({"AdamW": [1.5], "top-k": [2.5], "DeMo，每块": [1.6], "DeMo，系数": [1.7]})
-    adamw = next(iter(base.values()))[1]
-    rest = [r for (_, results, _) in list(base.values())[1:] for r in results]
-    it = iter(rest + ["left for the next demo"])
-    table = dr.collect(dr.build_rows(32, 64, 0.01), it, 1, base=adamw)
-    assert next(iter(table.values()))[1] is adamw
-    assert next(it) == "left for the next demo"                # exactly the three rows' runs were read
+def test_arrivals_train_a_shared_run_once_and_wait_only_for_what_is_needed():
+    rows = dr.build_rows(32, 64, 0.01)
+    runs = [r.run for r in rows]
+    fed = []
+
+    def results():
+        for run in runs:
+            for seed in range(2):
+                fed.append(run)
+                yield (run.label, seed)
+    arrivals = cdp.Arrivals(runs, results(), 2)
+    first = list(arrivals.for_rows(rows[:1]))
+    assert first == [("AdamW", 0), ("AdamW", 1)] and len(fed) == 2         # nothing more was read
+    again = list(arrivals.for_rows([rows[0], rows[2]]))
+    assert again[:2] == first and again[2:] == [("DeMo", 0), ("DeMo", 1)]   # AdamW once, top-k read on the way
+    assert arrivals.of(rows[0].run) is arrivals.of(rows[0].run)
+    with pytest.raises(ValueError):
+        cdp.Arrivals(runs + runs[:1], iter(()), 1)
+    with pytest.raises(KeyError):
+        cdp.Arrivals([], iter(()), 1).of(runs[0])
 
 
 def test_observations_when_demo_is_close_and_the_seeds_agree_on_topk():
@@ -213,13 +226,13 @@ def test_with_demo_2_the_adamw_row_is_demo_2s_run():
     results, out = shared_quick_run("11_frontier.py")
     adamw2 = next(iter(results["demo2"]["table"].values()))[1]
     adamw3 = next(iter(results["demo3"]["table"].values()))[1]
-    assert adamw3 is adamw2
+    assert adamw3 == adamw2                 # the same run (trained once: compressed_dp.Arrivals)
     assert "(e) 小 GPT" in out and out.index("(e) 小 GPT") > out.index("(d) 用在演示 1")
 
 
 @pytest.mark.parametrize("argv", [["--topk-per-chunk", "0"], ["--chunk", "2000"], ["--chunk", "0"],
                                   ["--momentum-decay", "1"], ["--sign-lr", "0"], ["--sign-lr", "x"],
-                                  ["--demo", "4"]])
+                                  ["--demo", "5"]])
 def test_bad_demo_3_flags_are_one_line_and_status_2(argv):
     done = subprocess.run([sys.executable, str(LECTURE09 / "11_frontier.py"), "--demo", "3", *argv],
                           capture_output=True, text=True, timeout=60)

@@ -90,6 +90,12 @@ SWEEPS = {
         ["--demo", "3", "--quick", "--topk-per-chunk", "1", "--chunk", "1", "--jobs", "1"],
         ["--demo", "3", "--quick", "--topk-per-chunk", "1048576", "--chunk", "1024", "--jobs", "1"],
         ["--demo", "3", "--quick", "--sign-lr", "1", "--momentum-decay", "0", "--seeds", "2", "--jobs", "1"],
+        # SparseLoCo: chunks of one entry (everything sent); the largest k and lr, every step, no
+        # error feedback left; H beyond the steps (one exchange at the end)
+        ["--demo", "4", "--quick", "--sparse-topk", "1", "--chunk", "1", "--jobs", "1"],
+        ["--demo", "4", "--steps", "2", "--sync-every", "1", "--sparse-outer-lr", "10", "--seeds", "2",
+         "--sparse-topk", "1048576", "--chunk", "1024", "--ef-decay", "0", "--jobs", "1"],
+        ["--demo", "4", "--steps", "3", "--sync-every", "64", "--ef-decay", "1", "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

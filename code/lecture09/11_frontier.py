@@ -60,7 +60,8 @@ MAX_MICRO_BATCHES = 64
 # Table (a)'s training, written out so that --help needs no torch.
 DEFAULTS = dict(training_flags.DEFAULTS, warm_steps=60, gap_steps=10, block_size=256, sync_every=30, fragments=3,
                 overlap=1, alpha=0.0, outer_lr=0.7, outer_momentum=0.9,
-                topk_per_chunk=32, chunk=64, sign_lr=6e-3, momentum_decay=0.999)
+                topk_per_chunk=32, chunk=64, sign_lr=6e-3, momentum_decay=0.999,
+                sparse_topk=32, ef_decay=0.95, sparse_outer_lr=1.0)
 MAX_CHUNK = 1024      # a chunk of 1024 x 1024 coefficients: more than any tensor of the tiny GPT
 QUICK = dict(warm_steps=4, gap_steps=2, steps=12, sync_every=6)
 
@@ -69,7 +70,8 @@ def parse_args(argv=None):
     s = ScheduleSetup()
     p = Parser(description="第 9 讲代码 11：少通信训练的前沿 (lecture 9 code 11: the frontier)",
                epilog="例 example: --global-batch 512；--gap-steps 1；--network aws-world")
-    p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all", help="跑哪个演示 which demo (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all",
+                   help="跑哪个演示 which demo (default all)")
     p.add_argument("--quick", action="store_true",
                    help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
@@ -115,6 +117,13 @@ def parse_args(argv=None):
                     help="DeMo 的 sign-SGD 峰值学习率 peak learning rate (default %(default)s)")
     gd.add_argument("--momentum-decay", type=float_in(0, 1, high_open=True), default=DEFAULTS["momentum_decay"],
                     help="本地动量的衰减 β local momentum decay (default %(default)s)")
+    gs = p.add_argument_group("演示 4 SparseLoCo（表 (g)、(h)；H 用 --sync-every，块用 --chunk）")
+    gs.add_argument("--sparse-topk", type=int_in(1, MAX_CHUNK * MAX_CHUNK), default=DEFAULTS["sparse_topk"],
+                    metavar="K", help="每块发伪梯度的几个分量 entries sent per chunk (default %(default)s)")
+    gs.add_argument("--ef-decay", type=float_in(0, 1), default=DEFAULTS["ef_decay"],
+                    help="误差反馈的衰减 β error-feedback decay (default %(default)s)")
+    gs.add_argument("--sparse-outer-lr", type=float_in(0, 10, low_open=True), default=DEFAULTS["sparse_outer_lr"],
+                    help="SparseLoCo 外层的学习率 α，没有动量 outer learning rate (default %(default)s)")
     training_flags.add_training_arguments(gc, DEFAULTS)
     args = p.parse_args(argv)
     if args.quick:
@@ -168,7 +177,8 @@ def train_setup(args):
     from lecture09.compress.compressed_dp import TrainSetup
     return replace(TrainSetup().with_steps(args.steps), block_size=args.block_size, outer_lr=args.outer_lr,
                    outer_momentum=args.outer_momentum, fragment_alpha=args.alpha, final_sync=args.final_sync,
-                   demo_lr=args.sign_lr, demo_decay=args.momentum_decay, precision=precision_from_args(args))
+                   demo_lr=args.sign_lr, demo_decay=args.momentum_decay, sparseloco_decay=args.ef_decay,
+                   sparseloco_lr=args.sparse_outer_lr, precision=precision_from_args(args))
 
 
 def demo2(args, train, rows, results_iter):
@@ -202,13 +212,13 @@ def demo2(args, train, rows, results_iter):
     return {"table": table, "prices": prices, "observations": observations}
 
 
-def demo3(args, train, rows, results_iter, base=None):
-    """Tables (e) and (f) and their observations; base: demo 2's AdamW results, if it ran."""
+def demo3(args, train, rows, results_iter):
+    """Tables (e) and (f) and their observations."""
     from lecture09.compress import decoupled_report as report
     from lecture09.schedule import sync_pricing
 
     print_header("演示 3：DeMo——动量留在本地，只发 DCT 之后最大的系数")
-    table = report.collect(rows, results_iter, args.seeds, base)
+    table = report.collect(rows, results_iter, args.seeds)
     report.print_table_e(train, table, args.seeds, print_wrapped)
     print()
     priced, n_xl = report.price_rows(table, args.topk_per_chunk, args.chunk, train.topk_ratio,
@@ -221,35 +231,53 @@ def demo3(args, train, rows, results_iter, base=None):
     return {"table": table, "priced": priced, "prices": prices, "observations": observations}
 
 
+def demo4(args, train, rows, results_iter):
+    """Tables (g) and (h) and their observations."""
+    from lecture09.compress import sparseloco_report as report
+    from lecture09.schedule import sync_pricing
+
+    print_header("演示 4：SparseLoCo——伪梯度只发每块最大的几个，2 bit，误差反馈代替外层动量")
+    h = args.sync_every
+    table = report.collect(rows, results_iter, args.seeds)
+    report.print_table_g(train, table, h, args.chunk, args.seeds, print_wrapped)
+    print()
+    priced = report.price_rows(table, h, args.sparse_topk, args.chunk, ScheduleSetup().n_replicas)
+    prices, setup, plain_s = sync_pricing.price_syncs({label: (c, h, 0) for label, (c, _) in priced.items()})
+    report.print_table_h(priced, prices, setup, plain_s, print_wrapped)
+    observations = report.table_g_observations(table, h) + report.table_h_observations(priced, prices, plain_s)
+    print_observations(observations)
+    return {"table": table, "priced": priced, "prices": prices, "observations": observations}
+
+
 def main(argv=None):
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None
-    with_2, with_3 = args.demo in ("2", "all"), args.demo in ("3", "all")
-    if with_2 or with_3:
+    trained = {"2": demo2, "3": demo3, "4": demo4}
+    shown = [d for d in trained if args.demo in (d, "all")]
+    if shown:
         from lecture01 import tiny_gpt
-        from lecture09.compress import compressed_dp, decoupled_report, streaming_report
+        from lecture09.compress import compressed_dp, decoupled_report, sparseloco_report, streaming_report
         tiny_gpt.use_deterministic_threads()
         train = train_setup(args)
-        rows2 = streaming_report.build_rows(args.sync_every, args.fragments, args.overlap) if with_2 else []
-        rows3 = decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio) if with_3 else []
+        rows = {"2": lambda: streaming_report.build_rows(args.sync_every, args.fragments, args.overlap),
+                "3": lambda: decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio),
+                "4": lambda: sparseloco_report.build_rows(args.sync_every, args.sparse_topk, args.chunk)}
+        rows = {d: rows[d]() for d in shown}
         seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
-        # demo 3's first row is every-step AdamW, demo 2's first row too: trained once
-        runs = [row.run for row in rows2] + [row.run for row in (rows3[1:] if with_2 else rows3)]
+        # a run two demos share (every-step AdamW; demo 2's and 4's DiLoCo) is trained once
+        runs = list(dict.fromkeys(row.run for d in shown for row in rows[d]))
         # training starts first, in worker processes, so it overlaps demo 1
         pool, results_iter = compressed_dp.start_training([(run, s, train) for run in runs for s in seeds],
                                                           args.jobs)
+        arrivals = compressed_dp.Arrivals(runs, results_iter, args.seeds)
     try:
         if args.demo in ("1", "all"):
             results["demo1"] = demo1(args, setup)
-            print()
-        if with_2:
-            results["demo2"] = demo2(args, train, rows2, results_iter)
-        if with_3:
-            if with_2:
+        for i, d in enumerate(shown):
+            if i or args.demo == "all":
                 print()
-            base = next(iter(results["demo2"]["table"].values()))[1] if with_2 else None
-            results["demo3"] = demo3(args, train, rows3, results_iter, base)
+            results["demo" + d] = trained[d](args, train, rows[d], arrivals.for_rows(rows[d]))
     finally:
         if pool is not None:
             pool.terminate()

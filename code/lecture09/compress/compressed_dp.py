@@ -22,7 +22,8 @@ import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
 from lecture01.cli_args import sigint_ignored
-from lecture09.compress import decoupled_momentum, gloo_dp, local_sgd, onebit_adam, run_progress, streaming_diloco
+from lecture09.compress import (decoupled_momentum, gloo_dp, local_sgd, onebit_adam, run_progress, sparseloco,
+                                streaming_diloco)
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
     COLLECTIVE_SCHEMES, world_tokens, WorkerCompression, make_aggregator, worker_gradients,
@@ -35,7 +36,8 @@ VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seed
                                                                                    clip_average=True),
             "diloco": local_sgd.train,
             "streaming-diloco": streaming_diloco.train,      # Run.param = (H, fragments, τ)
-            "demo": decoupled_momentum.train}                # Run.param = (top-k per chunk, chunk)
+            "demo": decoupled_momentum.train,                # Run.param = (top-k per chunk, chunk)
+            "sparseloco": sparseloco.train}                  # Run.param = (H, top-k per chunk, chunk, bits)
 
 
 def train_run(run, seeds, setup):
@@ -83,6 +85,31 @@ def start_training(jobs, n_processes):
     with sigint_ignored():   # only the parent answers Ctrl-C; it terminates the pool
         pool = context.Pool(min(n_processes, len(jobs)), initializer=_start_worker, initargs=(steps_done,))
     return pool, run_progress.ShownProgress(pool.imap(_train_job, jobs), steps_done, steps_per_run, polled=True)
+
+
+class Arrivals:
+    """Several demos' rows trained once each: `runs` in the order they were started (each
+    once), `results` the iterator start_training returned (n_seeds results per run, in that
+    order). for_rows(rows) yields the results of each row's run in row order, n_seeds per
+    row, waiting only for what it needs; a run two demos share is trained once and both get
+    the same tuple of results."""
+
+    def __init__(self, runs, results, n_seeds):
+        self.order, self.results, self.n_seeds, self.arrived = list(runs), results, n_seeds, {}
+        if len(set(self.order)) != len(self.order):
+            raise ValueError("every run is started once")
+
+    def of(self, run):
+        while run not in self.arrived:
+            if len(self.arrived) == len(self.order):
+                raise KeyError(f"run {run.label!r} was never started")
+            nxt = self.order[len(self.arrived)]
+            self.arrived[nxt] = tuple(next(self.results) for _ in range(self.n_seeds))
+        return self.arrived[run]
+
+    def for_rows(self, rows):
+        for row in rows:
+            yield from self.of(row.run)
 
 
 # ---------------------------------------------------------------------------

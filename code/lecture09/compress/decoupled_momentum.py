@@ -55,12 +55,13 @@ class ChunkedDCT:
     """A tensor's chunked DCT: a matrix (r, c) in chunks of (s1, s2), a vector (n,) in chunks
     of s; encode gives (chunks, coefficients per chunk), decode undoes it exactly."""
 
-    def __init__(self, shape, target_chunk, dtype=torch.float32):
+    def __init__(self, shape, target_chunk, dtype=torch.float32, dct=True):
         if len(shape) not in (1, 2):
             raise ValueError(f"DeMo here handles vectors and matrices, not shape {tuple(shape)}")
         self.shape = tuple(shape)
         self.sides = tuple(chunk_side(n, target_chunk) for n in self.shape)
-        self.bases = [dct_matrix(s, dtype) for s in self.sides]
+        # dct=False: the same chunks, the identity instead of the DCT (SparseLoCo's chunks)
+        self.bases = [dct_matrix(s, dtype) if dct else torch.eye(s, dtype=dtype) for s in self.sides]
 
     @property
     def per_chunk(self):

@@ -96,17 +96,13 @@ def demo_bytes(shapes, topk, chunk):
     return total, params
 
 
-def collect(rows, results_iter, n_seeds, base=None):
-    """{row label: (row, results, deltas)} as the runs arrive (in row order); base: the
-    every-step AdamW results when they were trained already (demo 2), so that row is not
-    trained twice and results_iter starts at the second row."""
-    table = {}
-    for i, row in enumerate(rows):
-        if i == 0 and base is not None:
-            results = tuple(base)
-        else:
-            results = tuple(next(results_iter) for _ in range(n_seeds))
-        base = results if i == 0 else base
+def collect(rows, results_iter, n_seeds):
+    """{row label: (row, results, deltas against the first row)} as the runs arrive (in row
+    order; a run another demo trained comes through compressed_dp.Arrivals)."""
+    table, base = {}, None
+    for row in rows:
+        results = tuple(next(results_iter) for _ in range(n_seeds))
+        base = results if base is None else base
         table[row.label] = (row, results, tuple(cdp.paired_deltas(results, base)))
     return table
 

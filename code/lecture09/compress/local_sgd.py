@@ -48,8 +48,8 @@ class PseudoGradientExchange:
         return received / len(deltas), parts_bytes(parts)
 
 
-def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None):
-    """Train setup.model with DiLoCo, H = run.param; a RunResult (bpc of θ_global).
+def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None, inner_steps=None):
+    """Train setup.model with DiLoCo, H = run.param (or inner_steps); a RunResult (bpc of θ_global).
     exchange(deltas) -> (pseudo-gradient, bytes one worker sent) replaces DiLoCo's (SparseLoCo);
     outer_lr, outer_momentum replace setup's (SparseLoCo's outer step has no momentum)."""
     from lecture01 import tiny_gpt
@@ -57,7 +57,7 @@ def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None):
     tiny_gpt.use_deterministic_threads()
     started = time.perf_counter()
     train_data, val_data = engine.world_tokens(setup.world_seed)
-    inner_steps, r, n_workers = run.param, setup.recipe, setup.n_workers
+    inner_steps, r, n_workers = inner_steps or run.param, setup.recipe, setup.n_workers
     global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     global_params = list(global_model.parameters())
     lr_out = setup.outer_lr if outer_lr is None else outer_lr

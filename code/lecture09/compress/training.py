@@ -90,6 +90,8 @@ class TrainSetup:
                                       # {1e-3, 3e-3, 6e-3, 1e-2} at (0, 1) and (1, 2), fp32 (notes §11.4)
     demo_decay: float = 0.999         # DeMo's momentum decay β (demo.py's compression_decay default)
     demo_weight_decay: float = 0.0    # DeMo's decoupled weight decay λ (demo.py's default)
+    sparseloco_lr: float = 1.0        # SparseLoCo's outer lr α (θ ← θ − α · mean of what arrived)
+    sparseloco_decay: float = 0.95    # SparseLoCo's error-feedback decay β (e ← β e + Δ)
     onebit_warmup: float = 0.2        # 1-bit Adam: fraction of the steps of plain AdamW before v freezes (paper: 15-25%)
     precision: str = "fp32"           # "bf16" or "fp32" forward (tiny_gpt.resolve_precision)
     world_seed: int = 0
