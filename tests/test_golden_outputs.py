@@ -44,10 +44,11 @@ GOLDENS = [
            tolerant=(r"bits/字符", r"Δ", r"loss", r"\|"), mask=ELAPSED),
     Golden("lecture09_08_byzantine", "code/lecture09/08_byzantine.py", ("--quick", "--fp32"),
            tolerant=(r"\d\.\d\d",), mask=ELAPSED),
-    # tables (a), (c), (e) and what they show are trained (fp32, a few steps); (b), (d), (f)
-    # are arithmetic; demo 3's control observation ("减去全发") quotes a trained difference
+    # tables (a), (c), (e), (g) and what they show are trained (fp32, a few steps); (b), (d),
+    # (f), (h) are arithmetic; the paired observations of demos 3 and 4 quote trained differences
     Golden("lecture09_11_frontier", "code/lecture09/11_frontier.py", ("--quick", "--fp32"),
-           tolerant=(r"直接发", r"误差", r"bits/字符", r"Δ", r"减去全发"), mask=ELAPSED),
+           tolerant=(r"直接发", r"误差", r"bits/字符", r"Δ", r"减去全发", r"比 int8 的 DiLoCo", r"减去 fp32"),
+           mask=ELAPSED),
 ]
 
 

@@ -22,21 +22,27 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (e)：和每步通信的 AdamW、top-k 1% + 误差反馈在同样种子上比：发出和收到的 字节/参数，Δ bits/字符；
         外加一行对照：系数全发。
       表 (f)：每一行每步交换一次，放到演示 1 的 1.3B 任务上，每次迭代几秒。
+    演示 4（demo 4）：SparseLoCo（Sarfi et al. 2025）：DiLoCo 的 H 步内层训练之后，伪梯度每块只发最大的 k 个，
+      值用 2 bit，没发的留在会衰减的误差反馈里，外层不用动量。
+      表 (g)：和 DiLoCo（fp32、int8）、每步通信的 AdamW 在同样种子上比：字节/参数，Δ bits/字符；
+        外加一行对照：值用 fp32。
+      表 (h)：每一行的一次交换放到演示 1 的 1.3B 任务上，每次迭代几秒。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 两个演示，时间见 README
+    python3 code/lecture09/11_frontier.py                    # 四个演示，时间见 README
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
+    python3 code/lecture09/11_frontier.py --demo 4 --sync-every 10 --sparse-topk 64
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
-需要 (needs): torch（表 (a)、(c)、(e) 训练小 GPT）；表 (b)、(d)、(f) 是纯算术，在任何机器上逐位相同。
-表 (a) 的误差、表 (c)、(e) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小和片数。
-演示 2、3 的训练（6 + 3 次）在 --jobs 个进程里，和演示 1 同时开始；两个都跑时演示 3 借用演示 2 的 AdamW。
-用时打印到 stderr。
+需要 (needs): torch（表 (a)、(c)、(e)、(g) 训练小 GPT）；表 (b)、(d)、(f)、(h) 是纯算术，在任何机器上逐位相同。
+表 (a) 的误差、表 (c)、(e)、(g) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小、片数和 k。
+演示 2–4 的训练在 --jobs 个进程里，和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，演示 2、4 的
+DiLoCo）只训练一次（6 + 3 + 3 次）。用时打印到 stderr。
 """
 
 import sys
