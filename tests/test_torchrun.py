@@ -2,6 +2,7 @@
 127.0.0.1 play two machines (--nnodes 2 --node-rank k --rdzv-endpoint HOST:PORT), and
 what rank 0 prints equals the golden quick-mode output of the self-spawned run."""
 
+import os
 import subprocess
 import sys
 
@@ -42,6 +43,23 @@ def test_launched_by_torchrun_reads_the_launchers_variables():
     assert launched_by_torchrun(full)
     assert not launched_by_torchrun({})
     assert not launched_by_torchrun({k: v for k, v in full.items() if k != "MASTER_PORT"})
+
+
+def test_a_torchrun_rank_destroys_its_process_group_at_exit():
+    """Left to the interpreter's shutdown, gloo's threads can abort the rank (SIGABRT after
+    it printed everything); run_ranks registers an exit handler that destroys the group
+    first. An exit handler registered before run_ranks runs after it and sees no group."""
+    from lecture09.ranks.gloo_ranks import free_port
+    program = ("import atexit, torch.distributed as dist\n"
+               "atexit.register(lambda: print('group left at exit:', not dist.is_initialized()))\n"
+               "from lecture09.ranks.gloo_ranks import run_ranks\n"
+               "print('results:', run_ranks(max, 1, timeout_s=30))\n")
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=str(ROOT.parent))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["results: [1]", "group left at exit: True"]
 
 
 def test_two_nodes_on_loopback_print_what_the_self_spawned_run_prints():

@@ -25,6 +25,7 @@ workers live in small modules beside the scripts (collectives.py, data_parallel.
 Children find them because multiprocessing hands the parent's sys.path to its children.
 """
 
+import atexit
 import multiprocessing
 import os
 import pickle
@@ -176,6 +177,21 @@ LAUNCH_FAILURES = (RankFailed, WrongWorldSize)
 _TORCHRUN = {"timeout_s": None}      # the process group torchrun's ranks joined, once per process
 
 
+def _leave_torchrun_group():
+    """At exit: destroy the process group (and every new_group) while the interpreter is
+    still whole. Left to the interpreter's own shutdown, gloo's threads can still hold work
+    with tensors in it as Python goes away, and the rank dies of SIGABRT after it printed
+    everything (seen once in CI: torchrun reported exitcode -6 for rank 1). No barrier: a
+    rank that stops with an error must not wait for the others at its exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except (RuntimeError, ValueError):    # a peer already gone: nothing left to tidy
+            pass
+
+
 def _torchrun_ranks(worker, world_size, args, timeout_s):
     """run_ranks under torchrun: this process is one rank; every rank gets every result."""
     import torch
@@ -191,6 +207,7 @@ def _torchrun_ranks(worker, world_size, args, timeout_s):
         # gloo's timeout bounds each collective; the first demo's timeout_s (never the 1800 s default)
         dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
         _TORCHRUN["timeout_s"] = timeout_s
+        atexit.register(_leave_torchrun_group)   # after run_main's handlers: runs before them
     rank = dist.get_rank()
     dist.barrier()                       # every rank arrives at the same demo
     value = worker(rank, world_size, *args)
