@@ -180,8 +180,9 @@ _TORCHRUN = {"timeout_s": None}      # the process group torchrun's ranks joined
 def _leave_torchrun_group():
     """At exit: destroy the process group (and every new_group) while the interpreter is
     still whole. Left to the interpreter's own shutdown, gloo's threads can still hold work
-    with tensors in it as Python goes away, and the rank dies of SIGABRT after it printed
-    everything (seen once in CI: torchrun reported exitcode -6 for rank 1). No barrier: a
+    with tensors in it as Python goes away, and the rank can die of SIGABRT after it printed
+    everything (PyTorch's own diagnosis, pytorch/pytorch#179291; our likely cause of the
+    exitcode -6 torchrun once reported in CI for rank 1, not reproduced here). No barrier: a
     rank that stops with an error must not wait for the others at its exit."""
     import torch.distributed as dist
 
