@@ -2,6 +2,7 @@
 of each row, each observation's branches from made-up tables, and the quick runs as a
 student runs them (demo 4 alone, and with demo 2, whose AdamW and DiLoCo it shares)."""
 
+import functools
 import math
 import subprocess
 import sys
@@ -95,11 +96,17 @@ def test_table_h_observation_names_the_fastest():
     assert "最快的是「B」，每次迭代 23.15 秒，离不交换的 23.05 秒还差 0.10 秒" in line
 
 
+@functools.lru_cache(maxsize=1)
+def _quick_demo_4():
+    """The quick run of demo 4 alone, once for this file's tests."""
+    return main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "4", "--quick"])
+
+
 def test_quick_run_of_demo_4_prints_what_it_returns():
     from lecture01 import tiny_gpt
     from lecture01.console import display_width
     from lecture09.lecture_model import MODEL_CONFIG
-    results, out = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "4", "--quick"])
+    results, out = _quick_demo_4()
     assert set(results) == {"demo4"}
     demo4 = results["demo4"]
     assert "(g) 小 GPT" in out and "(h) 每一行每 6 步交换一次" in out
@@ -132,3 +139,51 @@ def test_bad_demo_4_flags_are_one_line_and_status_2(argv):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _notes_rows(first_cells):
+    from conftest import ROOT
+    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    section = text[text.index("### 11.5 "):text.index("## 参考文献 References")]
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in section.splitlines() if line.startswith(first_cells))}
+
+
+def _range(cell):
+    lo, hi = (float(x) for x in cell.split(".."))
+    return lo, hi
+
+
+def test_the_notes_table_g_quotes_the_bytes_of_the_quick_run():
+    # bytes per exchange are arithmetic: the same in the quick run (H = 6) as in the default
+    # run the notes quote (H = 30); the mean per step is that over 30 (300 steps: 10 exchanges)
+    results, _ = _quick_demo_4()
+    rows = _notes_rows(("| DiLoCo，", "| SparseLoCo，"))
+    assert len(rows) == 4
+    for label, (row, (run,), _) in list(results["demo4"]["table"].items())[1:]:
+        per_exchange = sr.per_exchange(run, 6)
+        noted = rows[label.replace("每 6 步", "每 30 步")]
+        assert noted[1:3] == [f"{per_exchange:.4f}", f"{per_exchange / 30:.4f}"], label
+
+
+@pytest.mark.slow
+@pytest.mark.claims
+def test_the_default_demo_4_run_lies_in_the_notes_ranges():
+    """§11.5's ranges are 5 draws (seed pairs (k, k+1), fp32 and bf16); the default seed pair
+    is one of them: each row's Δ and the three paired differences fall inside the fp32 range,
+    widened by 0.01 bpc (another CPU sums in another order)."""
+    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "4", "--fp32"])
+    table = results["demo4"]["table"]
+    rows = _notes_rows(("| DiLoCo，", "| SparseLoCo，"))
+    pairs = _notes_rows(("| SparseLoCo 减", "| 值用 fp32 减"))
+    assert len(rows) == 4 and len(pairs) == 3
+    for label, (row, _, (delta, *_)) in list(table.items())[1:]:
+        lo, hi = _range(rows[label][3])
+        assert lo - 0.01 <= delta <= hi + 0.01, (label, delta)
+    labels = list(table)
+    int8, sparse, control = labels[2], labels[3], labels[4]
+    for name, (a, b) in (("SparseLoCo 减 int8 DiLoCo", (sparse, int8)), ("值用 fp32 减 int8 DiLoCo", (control, int8)),
+                         ("SparseLoCo 减 值用 fp32", (sparse, control))):
+        [diff] = sr._pair(table, a, b)
+        lo, hi = _range(pairs[name][1])
+        assert math.isfinite(diff) and lo - 0.01 <= diff <= hi + 0.01, (name, diff)

@@ -7,4 +7,5 @@ run_progress, training_flags       progress across processes; the flags 05 and 0
 activation_codes   pipeline activations through the registry, directly and as a change (§11)
 streaming_diloco, streaming_report   Streaming DiLoCo (fragments, overlap) and its table (§11.3)
 decoupled_momentum, decoupled_report   DeMo (chunked DCT, top-k, sign-SGD) and its tables (§11.4)
+sparseloco, sparseloco_report   SparseLoCo (top-k, 2-bit, error feedback for outer momentum) (§11.5)
 """
