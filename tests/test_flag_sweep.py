@@ -96,6 +96,9 @@ SWEEPS = {
         ["--demo", "4", "--steps", "2", "--sync-every", "1", "--sparse-outer-lr", "10", "--seeds", "2",
          "--sparse-topk", "1048576", "--chunk", "1024", "--ef-decay", "0", "--jobs", "1"],
         ["--demo", "4", "--steps", "3", "--sync-every", "64", "--ef-decay", "1", "--jobs", "1"],
+        # gossip: an exchange every step; H beyond the steps (one exchange at the end)
+        ["--demo", "5", "--steps", "2", "--sync-every", "1", "--seeds", "2", "--jobs", "1"],
+        ["--demo", "5", "--steps", "3", "--sync-every", "64", "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

@@ -27,22 +27,28 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (g)：和 DiLoCo（fp32、int8）、每步通信的 AdamW 在同样种子上比：字节/参数，Δ bits/字符；
         外加一行对照：值用 fp32。
       表 (h)：每一行的一次交换放到演示 1 的 1.3B 任务上，每次迭代几秒。
+    演示 5（demo 5）：gossip（NoLoCo 的通信方式，Kolehmainen et al. 2025）：每 H 步每个工作者只和一个随机同伴
+      平均模型，不做全体的 all-reduce。
+      表 (i)：和「全体平均」（只差交换方式的对照）、DiLoCo、每步通信的 AdamW 在同样种子上比：字节/参数，
+        Δ bits/字符，副本之间的散布（交换前、交换后）。
+      表 (j)：一次交换放到演示 1 的慢网络上：只等自己这一对，和一轮等最慢的一对，各要几秒。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 四个演示，时间见 README
+    python3 code/lecture09/11_frontier.py                    # 五个演示，时间见 README
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
     python3 code/lecture09/11_frontier.py --demo 4 --sync-every 10 --sparse-topk 64
+    python3 code/lecture09/11_frontier.py --demo 5 --seeds 3 --sync-every 10
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
-需要 (needs): torch（表 (a)、(c)、(e)、(g) 训练小 GPT）；表 (b)、(d)、(f)、(h) 是纯算术，在任何机器上逐位相同。
-表 (a) 的误差、表 (c)、(e)、(g) 的 bits/字符 来自训练，随 CPU 和种子变；字节只取决于形状、块大小、片数和 k。
-演示 2–4 的训练在 --jobs 个进程里，和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，演示 2、4 的
-DiLoCo）只训练一次（6 + 3 + 3 次）。用时打印到 stderr。
+需要 (needs): torch（表 (a)、(c)、(e)、(g)、(i) 训练小 GPT）；表 (b)、(d)、(f)、(h)、(j) 是纯算术，在任何机器上
+逐位相同。表 (a) 的误差、表 (c)、(e)、(g)、(i) 的 bits/字符 和散布来自训练，随 CPU 和种子变；字节只取决于形状、
+块大小、片数和 k。演示 2–5 的训练在 --jobs 个进程里，和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，
+演示 2、4、5 的 DiLoCo）只训练一次（6 + 3 + 3 + 2 次）。用时打印到 stderr。
 """
 
 import sys
@@ -76,7 +82,7 @@ def parse_args(argv=None):
     s = ScheduleSetup()
     p = Parser(description="第 9 讲代码 11：少通信训练的前沿 (lecture 9 code 11: the frontier)",
                epilog="例 example: --global-batch 512；--gap-steps 1；--network aws-world")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "all"), default="all",
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all",
                    help="跑哪个演示 which demo (default all)")
     p.add_argument("--quick", action="store_true",
                    help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
@@ -255,23 +261,43 @@ def demo4(args, train, rows, results_iter):
     return {"table": table, "priced": priced, "prices": prices, "observations": observations}
 
 
+def demo5(args, train, rows, results_iter):
+    """Tables (i) and (j) and their observations."""
+    from lecture09.compress import gossip_report as report
+    from lecture09.schedule import gossip_pricing
+
+    print_header("演示 5：gossip——每次只和一个随机同伴平均，不做全体的 all-reduce")
+    h = args.sync_every
+    table = report.collect(rows, results_iter, args.seeds)
+    report.print_table_i(train, table, h, args.seeds, print_wrapped)
+    print()
+    price, all_reduce_s, plain_s, setup = gossip_pricing.price_gossip(4.0)
+    priced = report.price_rows(price, all_reduce_s, h)
+    report.print_table_j(priced, setup, plain_s, print_wrapped)
+    observations = report.table_i_observations(table) + report.table_j_observations(priced, price)
+    print_observations(observations)
+    return {"table": table, "price": price, "priced": priced, "observations": observations}
+
+
 def main(argv=None):
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None
-    trained = {"2": demo2, "3": demo3, "4": demo4}
+    trained = {"2": demo2, "3": demo3, "4": demo4, "5": demo5}
     shown = [d for d in trained if args.demo in (d, "all")]
     if shown:
         from lecture01 import tiny_gpt
-        from lecture09.compress import compressed_dp, decoupled_report, sparseloco_report, streaming_report
+        from lecture09.compress import (compressed_dp, decoupled_report, gossip_report, sparseloco_report,
+                                        streaming_report)
         tiny_gpt.use_deterministic_threads()
         train = train_setup(args)
         rows = {"2": lambda: streaming_report.build_rows(args.sync_every, args.fragments, args.overlap),
                 "3": lambda: decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio),
-                "4": lambda: sparseloco_report.build_rows(args.sync_every, args.sparse_topk, args.chunk)}
+                "4": lambda: sparseloco_report.build_rows(args.sync_every, args.sparse_topk, args.chunk),
+                "5": lambda: gossip_report.build_rows(args.sync_every)}
         rows = {d: rows[d]() for d in shown}
         seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
-        # a run two demos share (every-step AdamW; demo 2's and 4's DiLoCo) is trained once
+        # a run two demos share (every-step AdamW; demo 2's, 4's and 5's DiLoCo) is trained once
         runs = list(dict.fromkeys(row.run for d in shown for row in rows[d]))
         # training starts first, in worker processes, so it overlaps demo 1
         pool, results_iter = compressed_dp.start_training([(run, s, train) for run in runs for s in seeds],

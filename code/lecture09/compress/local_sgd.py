@@ -48,6 +48,27 @@ class PseudoGradientExchange:
         return received / len(deltas), parts_bytes(parts)
 
 
+def inner_step(workers, inner, x, y, lr, clip_norm, bf16):
+    """One inner AdamW step of every worker on its own slice of the batch (x, y), each
+    clipping its own gradient; the sum of the workers' losses."""
+    from lecture01 import tiny_gpt
+
+    per_worker = len(x) // len(workers)
+    loss_sum = 0.0
+    for w, (model, optimizer) in enumerate(zip(workers, inner)):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss = tiny_gpt.lm_loss(model, x[w * per_worker:(w + 1) * per_worker],
+                                y[w * per_worker:(w + 1) * per_worker], bf16=bf16)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        loss_sum += loss.item()
+    return loss_sum
+
+
 def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None, inner_steps=None):
     """Train setup.model with DiLoCo, H = run.param (or inner_steps); a RunResult (bpc of θ_global).
     exchange(deltas) -> (pseudo-gradient, bytes one worker sent) replaces DiLoCo's (SparseLoCo);
@@ -68,23 +89,11 @@ def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None, 
     inner = [tiny_gpt.make_adamw(w, r) for w in workers]
     exchange = exchange or PseudoGradientExchange(run, setup)
     gen = torch.Generator().manual_seed(seeds.data)
-    per_worker = r.batch_size // n_workers
     losses, total_bytes, diverged = [], 0, False
     for step in range(r.steps):
         lr = tiny_gpt.lr_at(step, r.steps, r.peak_lr)
         x, y = tiny_gpt.get_batch(train_data, r.batch_size, global_model.config.block_size, gen)
-        loss_sum = 0.0
-        for w, (model, optimizer) in enumerate(zip(workers, inner)):
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = tiny_gpt.lm_loss(model, x[w * per_worker:(w + 1) * per_worker],
-                                    y[w * per_worker:(w + 1) * per_worker], bf16=setup.precision == "bf16")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip_norm)
-            optimizer.step()
-            loss_sum += loss.item()
+        loss_sum = inner_step(workers, inner, x, y, lr, r.clip_norm, setup.precision == "bf16")
         if not math.isfinite(loss_sum):
             diverged = True
             break

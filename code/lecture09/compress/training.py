@@ -125,6 +125,7 @@ class RunResult:
     seconds: float
     losses: tuple = ()          # training loss per step (the loss-curve chart)
     peak_bytes_per_element: float = None   # the most one worker sends in one step (streaming_diloco)
+    spread: tuple = ()          # the replicas' spread before and after an exchange (gossip)
 
 
 class Diverged(Exception):

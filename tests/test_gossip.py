@@ -1,0 +1,191 @@
+"""Gossip local SGD (compress/gossip.py; notes §11.6): the matching, the spread and the bytes
+by hand; one exchange by hand in both modes; with two workers gossip is the all-reduce bit
+for bit; the all-reduce mode is DiLoCo with outer lr 1 and no momentum."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from lecture09.compress import compressed_dp as cdp
+from lecture09.compress import gossip
+
+
+def test_a_matching_pairs_every_worker_once_and_leaves_one_out_when_odd():
+    gen = torch.Generator().manual_seed(0)
+    for n in (2, 4, 8):
+        pairs = gossip.matching(n, gen)
+        assert sorted(w for p in pairs for w in p) == list(range(n))
+    pairs = gossip.matching(5, gen)
+    assert len(pairs) == 2 and len({w for p in pairs for w in p}) == 4
+    again = gossip.matching(8, torch.Generator().manual_seed(3))
+    assert again == gossip.matching(8, torch.Generator().manual_seed(3))     # seeded
+
+
+def test_spread_by_hand():
+    assert gossip.spread([torch.tensor([1.0, 0.0])] * 3) == 0.0
+    # v̄ = (1, 0); deviations ±(0, 1): sqrt(mean of 1, 1) / 1 = 1
+    assert gossip.spread([torch.tensor([1.0, 1.0]), torch.tensor([1.0, -1.0])]) == pytest.approx(1.0)
+
+
+def test_one_exchange_by_hand_in_both_modes():
+    v = [torch.tensor([float(k)]) for k in range(4)]
+    assert [x.item() for x in gossip.exchange(v, "all", None)] == [1.5] * 4
+    gen = torch.Generator().manual_seed(1)
+    pairs = gossip.matching(4, torch.Generator().manual_seed(1))
+    out = gossip.exchange(v, "gossip", gen)
+    for a, b in pairs:
+        assert out[a].item() == out[b].item() == (a + b) / 2
+    assert [x.item() for x in v] == [0.0, 1.0, 2.0, 3.0]                    # inputs left alone
+
+
+def test_bytes_per_exchange_by_hand():
+    assert gossip.bytes_per_exchange("gossip", 4) == 4.0
+    assert gossip.bytes_per_exchange("all", 4) == 6.0                        # 2 (W − 1) / W × 4
+    assert gossip.bytes_per_exchange("all", 2) == 4.0
+    with pytest.raises(ValueError):
+        gossip.bytes_per_exchange("ring", 4)
+
+
+def _setup(n_workers=4, steps=6):
+    return replace(cdp.TrainSetup().with_steps(steps), n_workers=n_workers, precision="fp32")
+
+
+def test_with_two_workers_gossip_is_the_all_reduce_bit_for_bit():
+    setup, seeds = _setup(n_workers=2), cdp.Seeds(0, 1)
+    a = cdp.train_run(cdp.Run("all", "gossip", "none", param=(3, "all")), seeds, setup)
+    g = cdp.train_run(cdp.Run("gossip", "gossip", "none", param=(3, "gossip")), seeds, setup)
+    assert a.losses == g.losses and a.bpc == g.bpc and a.spread == g.spread
+
+
+def test_the_all_reduce_mode_is_diloco_with_outer_lr_1_and_no_momentum():
+    setup, seeds = replace(_setup(), outer_lr=1.0, outer_momentum=0.0), cdp.Seeds(0, 1)
+    ours = cdp.train_run(cdp.Run("all", "gossip", "none", param=(3, "all")), seeds, setup)
+    plain = cdp.train_run(cdp.Run("DiLoCo", "diloco", "none", param=3), seeds, setup)
+    # θ ← mean θ_w here, θ ← θ − mean(θ − θ_w) there: equal up to rounding
+    assert ours.losses == pytest.approx(plain.losses, abs=1e-5)
+    assert ours.bpc == pytest.approx(plain.bpc, abs=1e-5)
+    assert ours.spread[0] > 0 and ours.spread[1] == 0.0                     # everyone equal after
+    assert ours.bytes_per_element == pytest.approx(6.0 * 2 / 6, rel=1e-12)  # two exchanges in 6 steps
+
+
+def test_gossip_leaves_the_replicas_apart_and_sends_one_model_per_exchange():
+    setup, seeds = _setup(), cdp.Seeds(0, 1)
+    g = cdp.train_run(cdp.Run("gossip", "gossip", "none", param=(3, "gossip")), seeds, setup)
+    a = cdp.train_run(cdp.Run("all", "gossip", "none", param=(3, "all")), seeds, setup)
+    assert 0 < g.spread[1] < g.spread[0]                                     # closer, not equal
+    assert g.bytes_per_element == pytest.approx(4.0 * 2 / 6, rel=1e-12)
+    assert g.losses[:3] == a.losses[:3] and g.losses[3:] != a.losses[3:]     # the same until they talk
+
+
+# --- pricing on demo 1's network (schedule/gossip_pricing.py), by hand ---------------------
+
+def test_perfect_matchings_count_and_cover():
+    from lecture09.schedule.gossip_pricing import perfect_matchings
+    assert len(perfect_matchings(range(8))) == 105                           # 7 × 5 × 3 × 1
+    assert perfect_matchings([3, 5]) == [[(3, 5)]]
+    assert all(sorted(w for p in m for w in p) == [0, 1, 2, 3] for m in perfect_matchings(range(4)))
+    with pytest.raises(ValueError):
+        perfect_matchings(range(3))
+
+
+def test_expected_max_of_independent_by_hand():
+    from lecture09.schedule.gossip_pricing import expected_max_of_independent
+    assert expected_max_of_independent([[1.0, 3.0]]) == 2.0
+    # max of two fair coins over {1, 3}: 3 unless both are 1 (1/4): 1/4 + 3 × 3/4 = 2.5
+    assert expected_max_of_independent([[1.0, 3.0], [1.0, 3.0]]) == 2.5
+
+
+def test_price_groups_by_hand():
+    from lecture09.schedule.gossip_pricing import price_groups
+    # one group of 4: pairs (0,1) 1 s, (2,3) 1 s, the cross pairs 10 s; matchings
+    # {01, 23} slowest 1, {02, 13} 10, {03, 12} 10: the round expects (1 + 10 + 10) / 3
+    pairs = {(0, 1): 1.0, (2, 3): 1.0, (0, 2): 10.0, (0, 3): 10.0, (1, 2): 10.0, (1, 3): 10.0}
+    p = price_groups([pairs])
+    assert (p.own_min_s, p.own_max_s, p.n_pairs) == (1.0, 10.0, 6)
+    assert p.own_mean_s == pytest.approx(42 / 6)
+    assert p.round_mean_s == pytest.approx(21 / 3)
+
+
+def test_pair_seconds_are_one_alpha_beta_term_of_the_whole_stage():
+    import numpy as np
+    from lecture09.schedule.gossip_pricing import pair_seconds
+    net = {"latency_s": np.array([[0, 0.1], [0.1, 0]]), "bandwidth_bps": np.array([[1, 8e9], [8e9, 1]])}
+    [pairs] = pair_seconds(net, [[0, 1]], 1e9)                               # 1 GB over 8 Gbit/s
+    assert pairs == {(0, 1): pytest.approx(0.1 + 1.0)}
+
+
+def test_on_demo_1s_network_a_round_is_no_faster_than_the_ring():
+    from lecture09.schedule import gossip_pricing, sync_pricing
+    price, ring, plain, setup = gossip_pricing.price_gossip(4.0)
+    prices, _, plain2 = sync_pricing.price_syncs({"d": (4.0, 30, 0)})
+    assert ring == prices["d"].sync_s and plain == plain2                    # table (d)'s figures
+    assert price.n_pairs == setup.n_stages * 28                              # 8 replicas: 28 pairs each
+    assert price.own_min_s < price.own_mean_s < ring <= price.round_mean_s <= price.own_max_s
+
+
+# --- table (i) and (j) observations on each branch -----------------------------------------
+
+def _table(bpcs, spreads, h=30):
+    from lecture09.compress import gossip_report as gr
+    from lecture09.compress.training import RunResult
+    rows = gr.build_rows(h)
+    sent = [4.0, 4.0 / h, 6.0 / h, 4.0 / h]
+    runs = []
+    for row, per_seed, b, sp in zip(rows, bpcs, sent, spreads):
+        runs += [RunResult(row.run, cdp.Seeds(0, 0).shifted(k), x, b, 0.0, x != x, 300, 1.0, spread=sp)
+                 for k, x in enumerate(per_seed)]
+    return gr.collect(rows, iter(runs), len(bpcs[0]))
+
+
+def test_table_i_observations_follow_the_numbers():
+    from lecture09.compress import gossip_report as gr
+    worse = _table([[1.5, 1.6], [1.9, 1.9], [2.0, 2.1], [2.1, 2.2]], [(), (), (0.03, 0.0), (0.04, 0.01)])
+    lines = gr.table_i_observations(worse)
+    assert "是它的 0.67" in lines[0]
+    assert "+0.1000，各种子 +0.1000..+0.1000（更差）" in lines[1]
+    assert "交换后还有 0.0100，是交换前（0.0400）的 25%" in lines[2] and "交换后是 0.0000" in lines[2]
+    same = _table([[1.5], [1.9], [2.0], [2.005]], [(), (), (0.03, 0.0), (0.04, 0.01)])
+    assert "（差不多）" in gr.table_i_observations(same)[1] and "--seeds 5" in gr.table_i_observations(same)[1]
+    diverged = _table([[1.5], [1.9], [2.0], [float("nan")]], [(), (), (0.03, 0.0), (0.04, 0.01)])
+    assert "有一行发散了" in gr.table_i_observations(diverged)[1]
+
+
+def test_table_j_observations_follow_the_numbers():
+    from lecture09.compress import gossip_report as gr
+    from lecture09.schedule.gossip_pricing import GossipPrice
+    slow = GossipPrice(16.0, 1.0, 33.0, 32.5, 112)
+    lines = gr.table_j_observations(gr.price_rows(slow, 32.0, 30), slow)
+    assert "是环形的 32.00 秒的 50%" in lines[0]
+    assert "不比环形快（多 0.50 秒）" in lines[1] and "只在副本不等别人的时候" in lines[1]
+    fast = GossipPrice(16.0, 1.0, 20.0, 18.0, 112)
+    lines = gr.table_j_observations(gr.price_rows(fast, 32.0, 30), fast)
+    assert "比环形快 14.00 秒" in lines[1]
+    never = GossipPrice(40.0, 35.0, 45.0, 44.0, 112)
+    lines = gr.table_j_observations(gr.price_rows(never, 32.0, 30), never)
+    assert "不比环形的 32.00 秒快" in lines[0] and "只在副本不等别人" not in lines[1]
+
+
+def test_quick_run_of_demo_5_prints_what_it_returns():
+    from conftest import LECTURE09, load_script, main_quietly
+    from lecture01.console import display_width
+    results, out = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "5", "--quick"])
+    assert set(results) == {"demo5"}
+    demo5 = results["demo5"]
+    assert "(i) 小 GPT" in out and "(j) 每 6 步交换一次整个模型" in out
+    assert all(display_width(line) <= 100 for line in out.splitlines())
+    for label, (row, (run,), _) in demo5["table"].items():
+        assert f"{run.bpc:.4f}" in out
+        if row.run.param and row.run.optimizer == "gossip":                 # 12 steps, H = 6: two exchanges
+            assert run.bytes_per_element == pytest.approx(gossip.bytes_per_exchange(row.run.param[1], 4) * 2 / 12)
+    assert f"{demo5['price'].own_mean_s:.2f}" in out and f"{demo5['price'].round_mean_s:.2f}" in out
+    for line in demo5["observations"]:
+        assert line[:30] in out.replace("\n     ", "")
+
+
+def test_with_demo_2_adamw_and_diloco_are_demo_2s_runs():
+    from conftest import shared_quick_run
+    results, out = shared_quick_run("11_frontier.py")
+    two, five = (list(results[d]["table"].values()) for d in ("demo2", "demo5"))
+    assert five[0][1] == two[0][1] and five[1][1] == two[1][1]           # trained once (Arrivals)
+    assert out.index("(i) 小 GPT") > out.index("(g) 小 GPT")
