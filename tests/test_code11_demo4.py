@@ -144,7 +144,7 @@ def test_bad_demo_4_flags_are_one_line_and_status_2(argv):
 def _notes_rows(first_cells):
     from conftest import ROOT
     text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
-    section = text[text.index("### 11.5 "):text.index("## 参考文献 References")]
+    section = text[text.index("### 11.5 "):text.index("### 11.6 ")]
     return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
                                           for line in section.splitlines() if line.startswith(first_cells))}
 

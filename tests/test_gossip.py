@@ -189,3 +189,66 @@ def test_with_demo_2_adamw_and_diloco_are_demo_2s_runs():
     two, five = (list(results[d]["table"].values()) for d in ("demo2", "demo5"))
     assert five[0][1] == two[0][1] and five[1][1] == two[1][1]           # trained once (Arrivals)
     assert out.index("(i) 小 GPT") > out.index("(g) 小 GPT")
+
+
+def _notes_section():
+    from conftest import ROOT
+    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    start = text.index("### 11.6 ")
+    return text[start:text.index("**本节参考文献**", start)]
+
+
+def _notes_rows(first_cells):
+    section = _notes_section()
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in section.splitlines() if line.startswith(first_cells))}
+
+
+def _range(cell):
+    lo, hi = (float(x) for x in cell.split(".."))
+    return lo, hi
+
+
+ROWS = ("| DiLoCo，", "| 全体平均（", "| gossip，")
+
+
+def test_the_notes_table_i_quotes_the_bytes_by_arithmetic():
+    rows = _notes_rows(ROWS)
+    assert len(rows) == 3
+    assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip', 4) / 30:.4f}"
+    assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all', 4) / 30:.4f}"
+
+
+def test_the_notes_table_j_figures_are_the_pricing():
+    from lecture09.schedule import gossip_pricing
+    price, ring, _, _ = gossip_pricing.price_gossip(4.0)
+    section = _notes_section()
+    for figure in (ring, price.own_min_s, price.own_max_s, price.own_mean_s, price.round_mean_s,
+                   price.round_mean_s - ring):
+        assert f"{figure:.2f} 秒" in section, figure
+
+
+@pytest.mark.slow
+@pytest.mark.claims
+def test_the_default_demo_5_run_lies_in_the_notes_ranges():
+    """§11.6's ranges are 5 draws (seed pairs (k, k+1), fp32 and bf16); the default seed pair
+    is one of them: each row's Δ, the two paired differences and gossip's spread after an
+    exchange fall inside the fp32 range, widened by 0.01 bpc (0.002 for the spread)."""
+    from conftest import LECTURE09, load_script, main_quietly
+    from lecture09.compress import gossip_report as gr
+    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "5", "--fp32"])
+    table = results["demo5"]["table"]
+    rows, pairs = _notes_rows(ROWS), _notes_rows(("| gossip 减", "| 全体平均 减"))
+    assert len(rows) == 3 and len(pairs) == 2
+    for label, (row, _, (delta, *_)) in list(table.items())[1:]:
+        lo, hi = _range(rows[label][2])
+        assert lo - 0.01 <= delta <= hi + 0.01, (label, delta)
+    labels = list(table)
+    diloco, control, gos = labels[1], labels[2], labels[3]
+    for name, (a, b) in (("gossip 减 全体平均", (gos, control)), ("全体平均 减 DiLoCo", (control, diloco))):
+        [diff] = gr._pair(table, a, b)
+        lo, hi = _range(pairs[name][1])
+        assert lo - 0.01 <= diff <= hi + 0.01, (name, diff)
+    lo, hi = _range(rows[gos][4])
+    assert lo - 0.002 <= table[gos][1][0].spread[1] <= hi + 0.002
+    assert table[control][1][0].spread[1] == 0.0

@@ -8,4 +8,5 @@ activation_codes   pipeline activations through the registry, directly and as a 
 streaming_diloco, streaming_report   Streaming DiLoCo (fragments, overlap) and its table (§11.3)
 decoupled_momentum, decoupled_report   DeMo (chunked DCT, top-k, sign-SGD) and its tables (§11.4)
 sparseloco, sparseloco_report   SparseLoCo (top-k, 2-bit, error feedback for outer momentum) (§11.5)
+gossip, gossip_report   gossip local SGD: one random peer per exchange, the replicas' spread (§11.6)
 """

@@ -11,7 +11,7 @@ its own slice of every batch (local_sgd.inner_step, as DiLoCo). Then, with mode
             each pair's two models become their mean: θ_a, θ_b ← (θ_a + θ_b) / 2.
 
 There is no outer optimizer in either mode: NoLoCo's own outer step (a Nesterov variant
-that also averages the pair's momenta) is not reproduced here. With W = 2 the one pair is
+with a term that keeps the replicas from drifting apart) is not reproduced here. With W = 2 the one pair is
 everyone, and the two modes are the same computation (a test checks it bit for bit).
 
 The model evaluated at the end is the mean of the W replicas (in "all" they are equal after

@@ -3,6 +3,6 @@ code 05, demo 1). Read in this order: network_figures (figures with sources), ge
 layout_cost (Yuan et al. 2022, Eq. 1-4), hand_layouts, layout_search (local and genetic),
 layout_optimum (branch and bound), schedule_setup (demo 1's job), schedule_study (the runs);
 activation_pricing prices that job with its activations compressed, sync_pricing an outer
-sync on its network (§11, code 11).
+sync on its network, gossip_pricing one gossip exchange there (§11, code 11).
 lecture09.dist_sim re-exports them under the earlier draft's names.
 """
