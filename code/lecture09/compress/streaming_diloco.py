@@ -34,7 +34,7 @@ import time
 import torch
 
 from lecture09.compress.compression import SCHEMES, parts_bytes
-from lecture09.compress import run_progress
+from lecture09.compress import local_sgd, run_progress
 from lecture09.compress import training as engine
 
 
@@ -105,23 +105,11 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
     syncs_at = {sync: k for _, (sync, k) in events.items()}
     in_flight = {}                        # sync step -> the average decoded pseudo-gradient
     gen = torch.Generator().manual_seed(seeds.data)
-    per_worker = r.batch_size // n_workers
     losses, total_bytes, peak_bytes, diverged = [], 0, 0, False
     for step in range(r.steps):
         lr = tiny_gpt.lr_at(step, r.steps, r.peak_lr)
         x, y = tiny_gpt.get_batch(train_data, r.batch_size, global_model.config.block_size, gen)
-        loss_sum = 0.0
-        for w, (model, optimizer) in enumerate(zip(workers, inner)):
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = tiny_gpt.lm_loss(model, x[w * per_worker:(w + 1) * per_worker],
-                                    y[w * per_worker:(w + 1) * per_worker], bf16=setup.precision == "bf16")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip_norm)
-            optimizer.step()
-            loss_sum += loss.item()
+        loss_sum = local_sgd.inner_step(workers, inner, x, y, lr, r.clip_norm, setup.precision == "bf16")
         if not math.isfinite(loss_sum):
             diverged = True
             break
