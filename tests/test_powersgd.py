@@ -40,6 +40,17 @@ def _exact_average(step, lr, hook_grads):
     return total / 2
 
 
+def test_the_first_qs_are_drawn_shape_group_by_shape_group():
+    """As the hook's shape_to_tensors: each (rows, cols) where it first appears in the
+    bucket, its matrices together. The GPT's bucket order, by hand."""
+    shapes = {"head": (44, 96), "mlp.2": (96, 192), "mlp.0": (192, 96), "proj": (96, 96),
+              "qkv": (288, 96), "tok_emb": (44, 96)}
+    bucket = [(name, 0, torch.Size(shape), 1) for name, shape in shapes.items()]
+    drawn = [entry[0] for entry in powersgd.draw_order(bucket)]
+    assert drawn == ["head", "tok_emb", "mlp.2", "mlp.0", "proj", "qkv"]
+    assert powersgd.draw_order(bucket[1:5]) == bucket[1:5]      # all shapes differ: bucket order
+
+
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_orthogonalize_gives_orthonormal_columns(rank):
     m = torch.randn(1, 10, rank, generator=torch.Generator().manual_seed(rank))

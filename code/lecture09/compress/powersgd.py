@@ -51,6 +51,19 @@ def orthogonalize(matrix):
     return matrix
 
 
+def draw_order(compressed):
+    """The order in which the first random Qs are drawn: the hook groups the matrices to
+    compress by shape (rows, cols), each shape where it first appears in the bucket, and
+    fills the Qs group by group from one seeded generator. Two matrices of one shape that
+    are apart in the bucket (the GPT's head and tok_emb, both 44 x 96) thus draw their Qs
+    one after the other."""
+    groups = {}
+    for entry in compressed:
+        shape = entry[2]
+        groups.setdefault((shape[0], shape.numel() // shape[0]), []).append(entry)
+    return [entry for group in groups.values() for entry in group]
+
+
 class PowerSGD:
     """PowerSGD over W simulated workers' flat gradients (the .average interface of
     compressed_dp). `order` lists the parameter indices in the hook's bucket order (only
@@ -103,7 +116,7 @@ class PowerSGD:
         if self.qs is None:                  # first time: random Q, seeded as the hook seeds it
             generator = torch.Generator().manual_seed(int(self.rng.randint(1_000_000_000)))
             self.qs = {}
-            for index, _, shape, rank in compressed:
+            for index, _, shape, rank in draw_order(compressed):
                 q = torch.randn(1, shape.numel() // shape[0], rank, generator=generator)
                 self.qs[index] = orthogonalize(q)
         else:
@@ -136,9 +149,13 @@ class PowerSGD:
 # ---------------------------------------------------------------------------
 
 def reference_model(seed=0):
-    """A small model with two matrices (one worth compressing at rank 2, one not) and vectors."""
+    """A small model with what the GPT has: matrices worth compressing at rank 2 and one
+    that is not, vectors, and two matrices of one shape (12 x 16) apart in the bucket with
+    another shape between them, as the GPT's head and tok_emb are (draw_order)."""
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 4))
+    return torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 16),
+                               torch.nn.Tanh(), torch.nn.Linear(16, 12), torch.nn.Tanh(),
+                               torch.nn.Linear(12, 4))
 
 
 def reference_batch(step, rank, batch=8):
