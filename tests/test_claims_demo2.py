@@ -34,8 +34,8 @@ RUNS = ("default", "other precision", "second seed")
 MACHINE_TOL = 0.02
 QUOTED_RANGES = {("adamw", "int8", False): "一个缩放因子 ≈+0.002（−0.001..+0.005）",
                  ("adamw", "int8-block", False): "按块 ≈+0.0001（−0.0002..+0.0003）",
-                 ("adamw", "powersgd", True, 1): "Δ ≈+1.14（+1.11..+1.17）",
-                 ("adamw", "powersgd", True, 4): "Δ ≈+0.43（+0.41..+0.46）",
+                 ("adamw", "powersgd", True, 1): "Δ ≈+1.15（+1.10..+1.19）",
+                 ("adamw", "powersgd", True, 4): "Δ ≈+0.43（+0.41..+0.44）",
                  ("adamw-frozen-v-avgclip", "none", False): "Δ ≈−0.040（−0.049..−0.033）",
                  ("diloco", "none", False, 5): "≈+0.85（+0.81..+0.93）",
                  ("diloco", "none", False, 25): "≈+0.35（+0.32..+0.39）",

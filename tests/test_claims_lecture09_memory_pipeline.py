@@ -123,8 +123,12 @@ def test_section_4_pipeline_timeline_and_claims(outputs):
     for line in timeline:
         assert line in out4.splitlines(), line
     assert "两种调度的梯度都和不切开的模型一致" in unwrapped(out4)
-    assert re.search(r"GPipe.*8 / 8 / 8 / 8\s+8 / 8 / 8 / 8", out4)
-    assert re.search(r"1F1B\s.*4 / 3 / 2 / 1\s+4 / 3 / 2 / 1", out4)
+    # §4.6's table: each schedule's measured and formula cells, as the printed row has them
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in notes_section(NOTES, "### 4.6").splitlines()
+            if re.match(r"\| (GPipe|1F1B) \| 和不切开的一致 \|", line)]
+    assert [row[0] for row in rows] == ["GPipe", "1F1B"]
+    for schedule, _, measured, formula in rows:
+        assert re.search(rf"^{schedule}\W.*\s{re.escape(measured)}\s+{re.escape(formula)}$", out4, re.M), schedule
     assert "程序都通过了不死锁检查" in unwrapped(out4)
 
 
@@ -233,12 +237,12 @@ def test_model_tables_row_by_row(outputs, heading, minimum):
 # Rows of §3-§4's tables that are not one printed row, each with where it is checked instead.
 NOT_ONE_PRINTED_ROW = {
     "ZeRO-1、ZeRO-2": "printed as two rows with the same figures; the decimals test checks 29.5 and 1.18",
-    "梯度": "§3.5's measured-bytes table: test_section_1_claims checks its figures in the output",
-    "普通 AdamW，每个进程": "§3.6: per-rank bytes from two runs side by side, test_section_1_claims",
-    "ShardedAdamW": "§3.6, test_section_1_claims (cells against both runs)",
-    "ZeroRedundancyOptimizer": "§3.6, test_section_1_claims (cells against both runs)",
-    "GPipe": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
-    "1F1B": "§4.4: test_section_3_timeline_and_claims matches the printed row by regex",
+    "梯度": "§3.5's measured-bytes table: test_section_3_claims checks its figures in the output",
+    "普通 AdamW，每个进程": "§3.6: per-rank bytes from two runs side by side, test_section_3_claims",
+    "ShardedAdamW": "§3.6, test_section_3_claims (cells against both runs)",
+    "ZeroRedundancyOptimizer": "§3.6, test_section_3_claims (cells against both runs)",
+    "GPipe | 和不切开的一致": "§4.6: test_section_4_pipeline_timeline_and_claims, cells against the printed row",
+    "1F1B | 和不切开的一致": "§4.6: test_section_4_pipeline_timeline_and_claims, cells against the printed row",
     "数据并行 DP": "§4.15 describes the three kinds in words: no figure",
     "流水线并行 PP": "§4.15, words only",
     "张量并行 TP": "§4.15, words only",
@@ -258,7 +262,8 @@ def test_every_table_row_is_a_printed_row(outputs, heading):
             continue                                                   # not a table row, or a header
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         label = re.split(r"[（]", cells[0])[0].strip("`").strip()
-        if label.startswith("--") or any(label.startswith(k) for k in NOT_ONE_PRINTED_ROW):
+        key = " | ".join([label] + cells[1:2])                         # §4.6's 1F1B is not §4.7's
+        if label.startswith("--") or any(key.startswith(k) for k in NOT_ONE_PRINTED_ROW):
             continue
         values = [t for c in cells[1:] for t in c.split()]
         assert any(p.startswith(label) and _contiguous(values, p.split()) for p in printed), line
