@@ -174,3 +174,15 @@ def test_every_described_row_is_in_a_flag_table():
     rows = {(Path(p.values[2]).name, flag) for p in FLAG_TABLES for row in p.values[4]
             for flag, _ in FLAG_SPAN.findall(row[0])}
     assert set(DESCRIBED) <= rows, set(DESCRIBED) - rows
+
+
+def test_section_8s_aggregator_table_names_the_registry_and_the_cc_tau_default():
+    """§8's table is of aggregators, not flags: its names are robust.aggregators.AGGREGATORS,
+    and the default its centered-clip row gives `--cc-tau` is code 8's."""
+    from lecture09.robust.aggregators import AGGREGATORS
+    notes = ROOT / "lectures" / "lecture09_distributed_training.md"
+    table = next(rows for _, heading, _, header, rows in tables(notes) if heading.startswith("## 8 "))
+    assert [re.fullmatch(r"`([a-z-]+)`", row[0]).group(1) for row in table] == list(AGGREGATORS)
+    tau = re.search(r"`--cc-tau`，默认 ([\d.]+)", " ".join(" ".join(row) for row in table))
+    action = next(a for a in parser_of("code/lecture09/08_byzantine.py")._actions if "--cc-tau" in a.option_strings)
+    assert tau and same(tau.group(1), action.default), (tau, action.default)
