@@ -54,6 +54,21 @@ def code6_output():
     return run_script(LECTURE09 / "06_swarm_http.py")
 
 
+# §6 table (1)'s ranges: "3 组种子（`--seed 0/1/2 --data-seed 1/2/3`）"; (0, 1) is the default run.
+CODE6_SEED_PAIRS = ((0, 1), (1, 2), (2, 3))
+CODE6_TOLERANCE_BPC = 0.02   # a quoted ≈ figure or range end vs this machine's run (2-decimal rounding + CPU)
+
+
+@pytest.fixture(scope="module")
+def code6_seed_runs(code6_output):
+    """stdout of code 6 for each seed pair of table (1)'s ranges (about 15 s a run)."""
+    runs = {CODE6_SEED_PAIRS[0]: code6_output}
+    for seed, data_seed in CODE6_SEED_PAIRS[1:]:
+        runs[(seed, data_seed)] = run_script(LECTURE09 / "06_swarm_http.py", "--seed", str(seed),
+                                             "--data-seed", str(data_seed))
+    return runs
+
+
 def says(output, phrase):
     """Whether the output says `phrase`, wherever console.wrap broke its lines (spaces and
     line breaks ignored on both sides)."""
@@ -189,24 +204,48 @@ def test_code5_demo2_claims_hold_in_every_run(code5_runs, run):
         assert t[("sgd", TOPK_EF)][3] < 0.5 * t[("sgd", TOPK)][3]   # most of what top-k lost
 
 
-def test_code6_bpc_figures_in_the_notes_hold_on_this_machine(code6_output):
-    """§6 quotes the swarm's validation bpc as ≈ figures; a sync run is deterministic
-    on one machine, and another CPU moves it by less than the tolerance."""
+def code6_quoted_bpc():
+    """{mode: the last cell of §6 table (1)}, e.g. "≈2.55（2.528–2.546）"."""
     section = notes_section(LECTURE09_NOTES, "## 6 ")
-    quoted = {}
-    for cells in _notes_tables(section):
-        if cells[0] in ("none", "topk", "topk-int8") and cells[-1].startswith("≈"):
-            quoted[cells[0]] = float(re.match(r"≈(\d+\.\d+)", cells[-1]).group(1))
+    quoted = {cells[0]: cells[-1] for cells in _notes_tables(section)
+              if cells[0] in ("none", "topk", "topk-int8") and cells[-1].startswith("≈")}
     assert set(quoted) == {"none", "topk", "topk-int8"}
+    return quoted
+
+
+def code6_printed_bpc(output):
+    """{mode: validation bpc} of table (1) in a code 6 output (its first row per mode)."""
     printed = {}
-    for line in code6_output.splitlines():
+    for line in output.splitlines():
         m = re.match(r"^(none|topk|topk-int8)\s.*\s(\d\.\d{4})\s*$", line)
         if m:
             printed.setdefault(m.group(1), float(m.group(2)))
+    return printed
+
+
+def test_code6_bpc_figures_in_the_notes_hold_on_this_machine(code6_output):
+    """§6 quotes the swarm's validation bpc as ≈ figures; a sync run is deterministic
+    on one machine, and another CPU moves it by less than the tolerance."""
+    quoted = {mode: float(re.match(r"≈(\d+\.\d+)", cell).group(1)) for mode, cell in code6_quoted_bpc().items()}
+    printed = code6_printed_bpc(code6_output)
     for mode, value in quoted.items():
-        assert abs(printed[mode] - value) <= 0.02, (mode, printed[mode], value)
+        assert abs(printed[mode] - value) <= CODE6_TOLERANCE_BPC, (mode, printed[mode], value)
     assert abs(printed["topk"] - printed["topk-int8"]) <= TOLERANCE_BPC   # "int8 barely changes the result"
     assert printed["none"] < printed["topk"] - 0.3                         # "compression costs bpc in 60 steps"
+
+
+def test_code6_bpc_ranges_in_the_notes_are_the_seed_runs(code6_seed_runs):
+    """§6 table (1)'s ranges: each end is the lowest / highest bpc of the three seed pairs
+    the notes name, within the tolerance of the ≈ figures."""
+    seeds, data_seeds = ("/".join(str(pair[i]) for pair in CODE6_SEED_PAIRS) for i in (0, 1))
+    assert f"`--seed {seeds} --data-seed {data_seeds}`" in notes_section(LECTURE09_NOTES, "## 6 ")
+    printed = [code6_printed_bpc(output) for output in code6_seed_runs.values()]
+    for mode, cell in code6_quoted_bpc().items():
+        low, high = _range(cell)
+        runs = [bpc[mode] for bpc in printed]
+        assert low <= high, cell
+        assert abs(min(runs) - low) <= CODE6_TOLERANCE_BPC, (mode, "low", runs, cell)
+        assert abs(max(runs) - high) <= CODE6_TOLERANCE_BPC, (mode, "high", runs, cell)
 
 
 def test_code6_table_3_shows_what_section_6_says_of_a_crash_and_a_join(code6_output):
