@@ -6,13 +6,14 @@ The engine tests need hivemind, whose wheels exist for Linux and macOS only: on 
 skip with that reason (the report's unit tests run everywhere)."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, SWEEP_TIER, assert_one_line_status_2, load_script, main_quietly
+from conftest import LECTURE09, ROOT, SWEEP_TIER, assert_one_line_status_2, load_script, main_quietly, notes_section
 
 SCRIPT = LECTURE09 / "10_hivemind.py"
 code10 = load_script(SCRIPT)
@@ -419,3 +420,64 @@ def test_table_f_says_so_when_no_round_gathered_every_peer():
     record.rounds += [RoundReport(9.0, p, 3, (0, 1, 2, 3), 1500, 1400, 0.2, 3.0) for p in range(4)]
     rows = code10.server_rows(4, 5, {}, record, 1000)
     assert rows[0][2] == "1,500（= 2(g-1)/g·S = 1,500）" and rows[2][2] == "2,900（一个同伴）"
+
+
+# --- notes §10 四: table (f), cell by cell ---------------------------------------------------
+
+NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+# the notes' row -> server_rows' row (the rows with figures; "中心死了" is words)
+TABLE_F_ROWS = {"发出": "每个工作者发出 sent", "收到": "每个工作者收到 received",
+                "最忙的节点": "最忙的节点 busiest node", "多少训练步同步一次": "多少训练步同步一次"}
+
+
+def numbers_in(cell):
+    """Every number written in a cell, in order: "2,682,112" -> 2682112, "1.0" -> 1.0."""
+    return [float(x) if "." in x else int(x.replace(",", "")) for x in re.findall(r"\d[\d,]*(?:\.\d+)?", cell)]
+
+
+def notes_table_f():
+    """{notes row: (code 6 cell, hivemind cell)} of §10 四's table."""
+    rows = {}
+    for line in notes_section(NOTES, "### 四、中心服务器和没有中心的 DHT").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3:
+            rows[cells[0]] = tuple(cells[1:])
+    return rows
+
+
+def default_table_f():
+    """{server_rows row: (code 6 cell, hivemind cell)} as a default run prints table (f), its
+    full round by hand: every peer sends and receives the butterfly's 2(g-1)/g·S bytes."""
+    from lecture01.tiny_gpt import make_model
+    from lecture09.engines.hivemind_report import butterfly_bytes
+    from lecture09.engines.hivemind_run import RoundReport, RunRecord
+    from lecture09.lecture_model import MODEL_CONFIG
+    args = code10.build_parser().parse_args([])
+    tensor_bytes = 4 * make_model(MODEL_CONFIG).n_params()          # S, as main computes it
+    b = round(butterfly_bytes(args.peers, tensor_bytes))
+    record = RunRecord(settings=None)
+    record.rounds = [RoundReport(1.0, p, 0, tuple(range(args.peers)), b, b, 0.2, 3.0) for p in range(args.peers)]
+    rows = code10.server_rows(args.peers, args.inner_steps, {}, record, tensor_bytes)
+    return args.peers, {row[0]: tuple(row[1:]) for row in rows}
+
+
+def expected_table_f_numbers():
+    """{notes row: (numbers of the code 6 cell, of the hivemind cell)} the notes must write:
+    the printed cells' figures, the factors of the server's 4 × 2 × body, g of 2 (g − 1) / g · S,
+    the busiest peer's sent + received in MB (one decimal, "约 1.0 MB") and H."""
+    peers, printed = default_table_f()
+    first = {row: (numbers_in(printed[row][0])[0], numbers_in(printed[row][1])[0]) for row in TABLE_F_ROWS.values()}
+    body, sent = first[TABLE_F_ROWS["发出"]]
+    server, busiest_peer = first[TABLE_F_ROWS["最忙的节点"]]
+    once, h = first[TABLE_F_ROWS["多少训练步同步一次"]]
+    assert server == peers * 2 * body
+    return {"发出": ([body], [sent, 2, 1, peers]),
+            "收到": ([first[TABLE_F_ROWS["收到"]][0]], [first[TABLE_F_ROWS["收到"]][1]]),
+            "最忙的节点": ([server, peers, 2, body], [round(busiest_peer / 1e6, 1)]),
+            "多少训练步同步一次": ([once], [h])}
+
+
+def test_table_f_in_the_notes_is_the_default_runs_cell_by_cell():
+    notes = notes_table_f()
+    for row, (code6, hive) in expected_table_f_numbers().items():
+        assert (numbers_in(notes[row][0]), numbers_in(notes[row][1])) == (code6, hive), (row, notes[row])
