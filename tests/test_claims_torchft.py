@@ -1,8 +1,9 @@
 """Claims tests for code 9 (09_torchft.py) and notes §9, row by row: the bytes a healing
 replica downloads (exact), every replica equal at the end, the gap against the Lighthouse's
 two waits (the notes' control table cell by cell: each row rerun here, the default row
-read from the default run), the check against our simulation, and the Lighthouse killed. Slow: about three minutes on 2 cores. Timings are
-checked with the tolerance the notes state (they are marked [实测] there)."""
+read from the default run), the check against our simulation, and the Lighthouse killed.
+Slow: about one and a half minutes on 2 cores. Timings are checked with the tolerance the
+notes state (they are marked [实测] there)."""
 
 import re
 import sys
