@@ -9,6 +9,7 @@ code 2 at their defaults, as a student would, and check what the notes say. Slow
   and no measured time is asserted at all (timings are machine-dependent).
 """
 
+import math
 import re
 
 import pytest
@@ -124,3 +125,53 @@ def test_section_2_claims(code2_output):
     # what the notes conclude: fp16 costs (almost) nothing, PowerSGD rank 2 costs clearly more than noise
     assert abs(hooks["fp16_compress_hook"][2] - hooks["DDP 不压缩 none"][2]) <= 0.002
     assert hooks["powerSGD_hook"][2] - hooks["DDP 不压缩 none"][2] >= 0.1
+
+
+VARIANTS = ("单进程梯度累积 accumulation", "朴素 naive", "拼平 flat", "分桶重叠 bucketed", "DDP")
+
+
+def _printed_variant_rows(output):
+    """{variant: [count, gradient diff, weight diff, agrees]} of demo 1's printed table
+    (its columns are separated by two or more spaces)."""
+    rows = {}
+    for line in output.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] in VARIANTS and len(cells) == 5:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _notes_variant_rows():
+    """{variant: [count, gradient diff, weight diff, agrees]} of §2.2's table."""
+    rows = {}
+    for line in notes_section(NOTES, "### 2.2").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] in VARIANTS:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _count_cell(cell):
+    """A count as printed: the notes write the accumulation row's "2 个微批次" as "—（2 个微批次）"."""
+    m = re.fullmatch(r"—（(.+)）", cell)
+    return m.group(1) if m else cell
+
+
+def _same_order_of_magnitude(quoted, printed):
+    """Whether a notes cell "约 1e-7" and a printed "1.3e-07" are within a factor √10 of each other:
+    rounding differences move with the CPU, the notes quote only their size."""
+    m = re.fullmatch(r"约 (\d(?:\.\d+)?e-\d+)", quoted)
+    assert m, f"not an order of magnitude: {quoted!r}"
+    return abs(math.log10(float(printed) / float(m.group(1)))) <= 0.5
+
+
+def test_section_2_2_table_is_the_printed_table_row_by_row(code2_output):
+    """§2.2's table: every variant in the printed order, its all-reduce count and ✓ exactly, its
+    two rounding differences ("约 …") as orders of magnitude of the printed ones."""
+    printed, notes = _printed_variant_rows(code2_output), _notes_variant_rows()
+    assert list(notes) == list(printed) == list(VARIANTS)
+    for variant, (count, grad, weight, agrees) in notes.items():
+        p_count, p_grad, p_weight, p_agrees = printed[variant]
+        assert (_count_cell(count), agrees) == (p_count, p_agrees), variant
+        assert _same_order_of_magnitude(grad, p_grad), (variant, grad, p_grad)
+        assert _same_order_of_magnitude(weight, p_weight), (variant, weight, p_weight)
