@@ -112,7 +112,8 @@ def _notes_tables(section):
 
 
 def _range(cell):
-    """(low, high) of a notes cell like "≈1.55（1.54–1.56）" or "≈+1.05（+0.98..+1.12）"."""
+    """(low, high) of a notes cell like "≈1.55（1.54–1.56）" or "≈+1.05（+0.98..+1.12）". The mean
+    ("≈1.55", over 5 seed pairs) is not one run's figure: tests/test_notes_seed_means.py checks it."""
     numbers = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", cell.replace("−", "-"))]
     assert len(numbers) == 3, f"cannot read a range from {cell!r}"
     return numbers[1], numbers[2]
