@@ -162,25 +162,61 @@ def test_the_notes_table_b_is_the_printed_table_row_by_row():
         assert [mine[0], mine[1].replace(" ", "")] + mine[2:] == [theirs[0], label.replace(" ", "")] + theirs[-6:]
 
 
+def _table_a_rows():
+    """§11.1's table (a) rows: [code, direct error "lo–hi", delta error "lo–hi", ratio "lo–hi"]."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in _notes_section_11().splitlines()
+            if line.startswith(("| int8，每 256 个一块 |", "| 4 bit，每 256 个一块 |"))]
+    assert len(rows) == 2 and all(len(cells) == 4 for cells in rows)
+    return rows
+
+
+def _written_range(cell):
+    """((low, high), half a unit of the last digit) of a cell "0.0068–0.0071"."""
+    low, high = cell.split("–")
+    return (float(low), float(high)), 0.5 * 10.0 ** -len(low.split(".")[1])
+
+
+def _ratio_bounds(direct_cell, delta_cell):
+    """Where the smallest and the largest per-seed ratio delta / direct can lie, given the two
+    error ranges as written (each end widened by its rounding): ((min lo, min hi), (max lo, max hi)).
+    The seed with the smallest delta error has a ratio at most that over the smallest direct
+    error; the one with the largest, at least that over the largest direct error."""
+    (lo, hi), h = _written_range(direct_cell)
+    (dlo, dhi), hd = _written_range(delta_cell)
+    smallest = ((dlo - hd) / (hi + h), (dlo + hd) / (lo - h))
+    largest = ((dhi - hd) / (hi + h), (dhi + hd) / (lo - h))
+    return smallest, largest
+
+
+def test_the_notes_ratio_ranges_of_table_a_follow_from_the_error_ranges():
+    """The ratio column of §11.1's table (a) is arithmetic on the same row's two error ranges
+    (the same 5 seed pairs); the ratio is written to 3 decimals."""
+    for code, direct, delta, ratio in _table_a_rows():
+        (rmin, rmax), h = _written_range(ratio)
+        smallest, largest = _ratio_bounds(direct, delta)
+        assert smallest[0] <= rmin + h and rmin - h <= smallest[1], (code, ratio, smallest)
+        assert largest[0] <= rmax + h and rmax - h <= largest[1], (code, ratio, largest)
+
+
 @pytest.mark.slow
 @pytest.mark.claims
 def test_the_notes_seed_ranges_of_table_a_hold_with_their_tolerance():
-    """The §11.1 ranges are 5 draws (seed pairs (k, k+1), fp32): each new draw must fall
-    inside them widened by 10% of their value (another CPU sums in another order)."""
+    """The §11.1 ranges are 5 draws (seed pairs (k, k+1), fp32): each new draw (its two errors
+    and their ratio) must fall inside them widened by 10% of their value (another CPU sums in
+    another order)."""
     from lecture01.tiny_gpt import TrainConfig
     from lecture09.lecture_model import MODEL_CONFIG
-    quoted = {"int8-block": ("0.0068–0.0071", "0.00083–0.00090"), "int4-block": ("0.122–0.128", "0.0150–0.0162")}
-    text = _notes_section_11()
-    assert all(a in text and b in text for a, b in quoted.values())
-    ranges = {name: tuple(tuple(float(x) for x in r.split("–")) for r in pair) for name, pair in quoted.items()}
+    scheme_of = {ac.label(scheme, 256): scheme for scheme in ("int8-block", "int4-block")}
+    ranges = {scheme_of[cells[0]]: tuple(_written_range(cell)[0] for cell in cells[1:]) for cells in _table_a_rows()}
     for k in (0, 3):
         result = ac.study(MODEL_CONFIG, TrainConfig(), model_seed=k, data_seed=k + 1, warm_steps=60, gap_steps=10)
         assert 0.108 * 0.9 <= result.change <= 0.123 * 1.1
         for code in result.codes:
             if code.scheme in ranges:
-                (lo, hi), (dlo, dhi) = ranges[code.scheme]
+                (lo, hi), (dlo, dhi), (rlo, rhi) = ranges[code.scheme]
                 assert lo * 0.9 <= code.direct_error <= hi * 1.1, (k, code)
                 assert dlo * 0.9 <= code.delta_error <= dhi * 1.1, (k, code)
+                assert rlo * 0.9 <= code.delta_error / code.direct_error <= rhi * 1.1, (k, code)
                 assert code.delta_error < code.direct_error / 5          # the section's point, with room
 
 
