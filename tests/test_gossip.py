@@ -2,6 +2,7 @@
 by hand; one exchange by hand in both modes; with two workers gossip is the all-reduce bit
 for bit; the all-reduce mode is DiLoCo with outer lr 1 and no momentum."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -217,6 +218,51 @@ def test_the_notes_table_i_quotes_the_bytes_by_arithmetic():
     assert len(rows) == 3
     assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip', 4) / 30:.4f}"
     assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all', 4) / 30:.4f}"
+
+
+def test_the_notes_table_i_quotes_diloco_s_bytes_by_arithmetic():
+    """DiLoCo's row sends one fp32 pseudo-gradient per exchange (what local_sgd counts), every H
+    steps: bytes per step = one exchange's bytes × exchanges / steps. No training needed."""
+    from conftest import LECTURE09, load_script
+    from lecture01 import tiny_gpt
+    from lecture09.compress import gossip_report as gr
+    from lecture09.compress import local_sgd
+    h, setup = load_script(LECTURE09 / "11_frontier.py").DEFAULTS["sync_every"], cdp.TrainSetup()
+    row = next(r for r in gr.build_rows(h) if r.run.optimizer == "diloco")
+    n = tiny_gpt.make_model(setup.model).n_params()
+    _, sent = local_sgd.PseudoGradientExchange(row.run, setup)([torch.zeros(n)] * setup.n_workers)
+    exchanges = -(-setup.recipe.steps // h)                     # and one more at the end if h does not divide
+    assert _notes_rows(ROWS)[row.label][1] == f"{sent / n * exchanges / setup.recipe.steps:.4f}"
+
+
+def _spread_of(models):
+    return gossip.spread([torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in models])
+
+
+def _spreads_of_diloco_workers(monkeypatch, h, steps):
+    """(the workers' spread before each inner step, after training) of a short DiLoCo run,
+    read from the workers local_sgd.inner_step is given."""
+    from lecture09.compress import local_sgd
+    before, seen, inner_step = [], {}, local_sgd.inner_step
+
+    def recording(workers, *args):
+        seen["workers"] = workers
+        before.append(_spread_of(workers))
+        return inner_step(workers, *args)
+
+    monkeypatch.setattr(local_sgd, "inner_step", recording)
+    cdp.train_run(cdp.Run("DiLoCo", "diloco", "none", param=h), cdp.Seeds(0, 1), _setup(steps=steps))
+    return before, _spread_of(seen["workers"])
+
+
+def test_the_notes_diloco_spread_after_an_exchange_is_0_by_construction(monkeypatch):
+    """Table (i)'s DiLoCo row: "0（按构造：人人从 θ_global 重新开始）": every worker restarts from
+    θ_global, so after each exchange the replicas are equal (and apart between exchanges)."""
+    before, last = _spreads_of_diloco_workers(monkeypatch, h=3, steps=6)
+    cell = _notes_rows(ROWS)["DiLoCo，每 30 步"][4]
+    assert float(re.match(r"\d+(\.\d+)?", cell).group()) == 0.0, cell
+    assert before[3] == 0.0 and last == 0.0                     # just after the exchanges at steps 3 and 6
+    assert before[2] > 0                                        # apart before one: the spread can see it
 
 
 def test_the_notes_table_j_figures_are_the_pricing():
