@@ -92,6 +92,23 @@ def notes_section(path, heading_prefix):
     return "\n".join(lines[start:end])
 
 
+def notes_row(section, first_cell):
+    """{header cell: cell} of the Markdown table row of `section` whose first cell is
+    first_cell, read under its own table's header (so a test names a column, not a position)."""
+    lines = section.splitlines()
+    header = None
+    for i, line in enumerate(lines):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or re.match(r"\|\s*:?-", line):
+            continue
+        if i + 1 < len(lines) and re.match(r"\|\s*:?-", lines[i + 1]):
+            header = cells
+        elif cells[0] == first_cell:
+            assert header and len(header) == len(cells), line
+            return dict(zip(header, cells))
+    raise KeyError(f"no table row starts with {first_cell!r}")
+
+
 def run_script(path, *args, timeout_s=1800):
     """Run a script as a student would (python3 path args) from another folder; return stdout."""
     import subprocess
