@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import LECTURE09, load_script, main_quietly, press_ctrl_c, start_in_own_group, wait_until_group_has
+from conftest import LECTURE09, load_script, press_ctrl_c, start_in_own_group, wait_until_group_has, shared_quick_run
 
 code7 = load_script(LECTURE09 / "07_compression_beyond.py")
 SCRIPT = LECTURE09 / "07_compression_beyond.py"
@@ -20,7 +20,7 @@ def _flat(text):
 
 @pytest.fixture(scope="module")
 def quick_run():
-    return main_quietly(code7.main, ["--quick", "--jobs", "1"])
+    return shared_quick_run("07_compression_beyond.py")        # --quick --fp32 --jobs 1: the golden's run too
 
 
 def test_quick_run_has_every_row_and_pairs_against_the_baseline(quick_run):

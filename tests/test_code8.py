@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly
+from conftest import LECTURE09, ROOT, load_script, main_quietly, shared_quick_run
 
 code8 = load_script(LECTURE09 / "08_byzantine.py")
 SCRIPT = LECTURE09 / "08_byzantine.py"
@@ -86,7 +86,7 @@ def test_worker_momentum_by_hand_and_the_receiver_keeps_none():
 @pytest.fixture(scope="module")
 def quick_run():
     """(results, output) of the quick run, shared by the tests that read it."""
-    return main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1"])
+    return shared_quick_run("08_byzantine.py")                 # --quick --fp32 --jobs 1: the golden's run too
 
 
 def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3(quick_run):

@@ -6,7 +6,7 @@ import pytest
 
 from lecture09.ranks import alpha_beta as ab
 from lecture09.ranks import collectives as C
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
 
 MiB = 2**20
 
@@ -126,7 +126,7 @@ def script():
 
 @pytest.fixture(scope="module")
 def quick_run(script):
-    return main_quietly(script.main, ["--quick"])
+    return shared_quick_run("01_collectives.py")              # the golden output's run too
 
 
 def test_quick_run_collectives_on_real_gloo_ranks_equal_the_sum(quick_run):

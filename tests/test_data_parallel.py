@@ -13,7 +13,7 @@ import torch
 from lecture09.parallel import data_parallel as D
 from lecture09.ranks import gloo_ranks
 from lecture01 import tiny_gpt
-from conftest import LECTURE09, load_script, main_quietly
+from conftest import LECTURE09, load_script, shared_quick_run
 
 N_PARAMS = 83_468      # lecture 1's BASE_CONFIG, counted by hand in tests/test_tiny_gpt.py's terms:
 # tok_emb 44·96 = 4,224; ln1, ln2, ln_f 3 · 2·96 = 576; qkv 96·288 + 288 = 27,936; proj 96·96 + 96 = 9,312;
@@ -27,7 +27,7 @@ def script():
 
 @pytest.fixture(scope="module")
 def quick_run(script):
-    return main_quietly(script.main, ["--quick"])
+    return shared_quick_run("02_data_parallel.py")            # the golden output's run too
 
 
 def test_parameter_count_by_hand():

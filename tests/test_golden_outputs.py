@@ -1,6 +1,9 @@
 """Each script's quick-mode output against its committed golden file (tests/golden/).
 
-Run as a student runs it (a fresh process, from the repository root); what may differ
+Lecture 9's scripts whose quick run other tests read too (IN_PROCESS) are compared on that
+one run, main() in this process (conftest.shared_quick_run), so the five-minute part runs
+each quick mode once; the others run as a student runs them (a fresh process, from the
+repository root). test_smoke.py starts every script as a fresh process. What may differ
 between machines is described in golden_compare.py. Set GOLDEN_UPDATE=1 to rewrite the
 files after an intended change, then read `git diff tests/golden` before committing.
 """
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import QUICK_ARGV, shared_quick_run
 from golden_compare import Golden, differences
 from lecture01.console import LINE_WIDTH, display_width
 
@@ -40,9 +44,10 @@ GOLDENS = [
            tolerant=(r"bits/字符", r"Δ", r"误差反馈", r"压缩"), mask=ELAPSED),
     Golden("lecture09_06_swarm_http", "code/lecture09/06_swarm_http.py", ("--quick",),   # --steps 6 --workers 2
            tolerant=(r"bpc", r"loss", r"损失"), mask=ELAPSED),
-    Golden("lecture09_07_compression_beyond", "code/lecture09/07_compression_beyond.py", ("--quick", "--fp32"),
+    Golden("lecture09_07_compression_beyond", "code/lecture09/07_compression_beyond.py",
+           ("--quick", "--fp32", "--jobs", "1"),
            tolerant=(r"bits/字符", r"Δ", r"loss", r"\|"), mask=ELAPSED),
-    Golden("lecture09_08_byzantine", "code/lecture09/08_byzantine.py", ("--quick", "--fp32"),
+    Golden("lecture09_08_byzantine", "code/lecture09/08_byzantine.py", ("--quick", "--fp32", "--jobs", "1"),
            tolerant=(r"\d\.\d\d",), mask=ELAPSED),
     # tables (a), (c), (e), (g) and what they show are trained (fp32, a few steps); (b), (d),
     # (f), (h) are arithmetic; the paired observations of demos 3 and 4 quote trained differences
@@ -52,7 +57,16 @@ GOLDENS = [
 ]
 
 
+# Scripts whose quick run is shared with other tests: stdout of main() in this process.
+IN_PROCESS = {"01_collectives.py", "02_data_parallel.py", "03_memory_zero.py", "04_pipeline.py",
+              "07_compression_beyond.py", "08_byzantine.py", "11_frontier.py"}
+
+
 def run_quick(golden):
+    script = Path(golden.script).name
+    if script in IN_PROCESS:
+        assert golden.args == QUICK_ARGV.get(script, ("--quick",)), "one quick run per script"
+        return shared_quick_run(script)[1]
     done = subprocess.run([sys.executable, golden.script, *golden.args], cwd=ROOT, capture_output=True,
                           text=True, timeout=golden.timeout_s)
     assert done.returncode == 0, done.stderr[-2000:]
