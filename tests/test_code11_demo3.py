@@ -200,8 +200,7 @@ def test_table_f_observations_say_faster_or_slower_from_the_numbers():
 
 def test_quick_run_of_demo_3_prints_what_it_returns():
     from lecture01.console import display_width
-    results, out = main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "3", "--quick"])
-    assert "demo1" not in results and "demo2" not in results
+    results, out = shared_quick_run("11_frontier.py")       # the golden's run; demo 5's test runs one alone
     demo3 = results["demo3"]
     assert "(e) 小 GPT" in out and "(f) 每一行每步交换一次" in out
     assert all(display_width(line) <= 100 for line in out.splitlines())

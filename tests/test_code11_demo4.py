@@ -1,8 +1,7 @@
 """Code 11, demo 4: SparseLoCo's tables (g) and (h). Bytes on the 1.3B by hand, the pricing
-of each row, each observation's branches from made-up tables, and the quick runs as a
-student runs them (demo 4 alone, and with demo 2, whose AdamW and DiLoCo it shares)."""
+of each row, each observation's branches from made-up tables, and code 11's quick run
+(demo 4 with demo 2, whose AdamW and DiLoCo it shares)."""
 
-import functools
 import math
 import subprocess
 import sys
@@ -96,10 +95,9 @@ def test_table_h_observation_names_the_fastest():
     assert "最快的是「B」，每次迭代 23.15 秒，离不交换的 23.05 秒还差 0.10 秒" in line
 
 
-@functools.lru_cache(maxsize=1)
 def _quick_demo_4():
-    """The quick run of demo 4 alone, once for this file's tests."""
-    return main_quietly(load_script(LECTURE09 / "11_frontier.py").main, ["--demo", "4", "--quick"])
+    """Code 11's one quick run, shared with the golden output (demo 5's test runs a demo alone)."""
+    return shared_quick_run("11_frontier.py")
 
 
 def test_quick_run_of_demo_4_prints_what_it_returns():
@@ -107,7 +105,6 @@ def test_quick_run_of_demo_4_prints_what_it_returns():
     from lecture01.console import display_width
     from lecture09.lecture_model import MODEL_CONFIG
     results, out = _quick_demo_4()
-    assert set(results) == {"demo4"}
     demo4 = results["demo4"]
     assert "(g) 小 GPT" in out and "(h) 每一行每 6 步交换一次" in out
     assert all(display_width(line) <= 100 for line in out.splitlines())
