@@ -283,6 +283,8 @@ def test_hivemind_diloco_reproduces_our_simulation(model_seed, data_seed):
 
 
 @needs_hivemind
+@pytest.mark.slow
+@pytest.mark.sweep                  # the quick run's churn, checked in detail
 def test_a_late_peer_downloads_the_state_and_a_killed_one_is_gone():
     from lecture09.engines.hivemind_peer import PeerSettings
     from lecture09.engines.hivemind_run import Churn
@@ -367,6 +369,8 @@ def test_the_quick_run_prints_every_part_within_100_columns_and_leaves_nothing()
 
 
 @needs_hivemind
+@pytest.mark.slow
+@pytest.mark.sweep                  # an engine's Ctrl-C (codes 01-08 check theirs)
 def test_ctrl_c_stops_with_one_line_and_leaves_no_process():
     import time
     from conftest import press_ctrl_c, start_in_own_group

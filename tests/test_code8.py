@@ -89,6 +89,8 @@ def quick_run():
     return shared_quick_run("08_byzantine.py")                 # --quick --fp32 --jobs 1: the golden's run too
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # a flag's titles: a further case
 def test_worker_momentum_is_named_in_the_titles_of_tables_2_and_3(quick_run):
     results, out = main_quietly(code8.main, ["--quick", "--fp32", "--jobs", "1", "--worker-momentum", "0.9"])
     assert "发 动量 momentum β = 0.9" in out and "topk 的动量（β = 0.9）" in out

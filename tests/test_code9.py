@@ -261,6 +261,8 @@ def test_lighthouse_lines_by_hand():
 
 
 @needs_torchft
+@pytest.mark.slow
+@pytest.mark.sweep                  # --kill-lighthouse: a further scenario
 def test_with_the_lighthouse_gone_nothing_commits_and_every_replica_stops():
     from lecture09.engines import torchft_run
     from lecture09.engines.torchft_replica import ReplicaSettings

@@ -66,6 +66,8 @@ def test_nonsense_flags_exit_with_status_2(argv, capsys):
     assert "error" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # --jobs 1 against 2: a further case
 def test_results_do_not_depend_on_how_many_processes_train():
     """Demo 2 in one process and in two worker processes prints the same tables."""
     from conftest import run_script

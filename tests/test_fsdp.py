@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import LECTURE09, load_script
+from conftest import LECTURE09, SWEEP_TIER, load_script
 
 from lecture09.parallel import fsdp_report as report
 
 code3 = load_script(LECTURE09 / "03_memory_zero.py")
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2 ranks", "3 ranks (padded shards)"])
+@pytest.fixture(scope="module", params=[2, pytest.param(3, marks=SWEEP_TIER)], ids=["2 ranks", "3 ranks (padded shards)"])
 def demo6(request):
     setup = replace(code3.RealSetup(), ranks=request.param, steps=3, batch_size=6)
     return setup, report.run_demo6(setup, 2, timed=False, out=lambda line: None)

@@ -175,6 +175,8 @@ def test_quick_demo5_prints_its_checks(quick5):
     assert "全部相同" in text and text.count("观察 Observations") == 1
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # the quick run's real ranks, at 4 ranks
 def test_real_ranks_with_four_ranks_and_three_chunks():
     real = replace(code4.RealSetup(), pipe_ranks=4, pipe_micro=4, batch_size=4)
     r = report.check_real(real, 3)

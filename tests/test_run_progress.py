@@ -3,6 +3,8 @@ while it trains, in a pool or in this process, and stdout's results do not chang
 
 import io
 
+import pytest
+
 from lecture09.compress import compressed_dp as cdp
 from lecture09.compress import run_progress
 from lecture01.console import StatusLine
@@ -27,6 +29,8 @@ def test_step_done_fills_the_slot_of_the_run_in_this_process():
     assert counts == [0, 7, 0]
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # a pool against one process: a further case
 def test_progress_shows_steps_in_a_pool_and_in_process_with_the_same_results():
     log = io.StringIO()
     results = {}

@@ -71,6 +71,8 @@ def test_two_nodes_on_loopback_print_what_the_self_spawned_run_prints():
     assert differences(out0, expected, golden) == []
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # bad input under torchrun: a further case
 def test_a_world_size_torchrun_did_not_start_is_one_line():
     """02 needs 2 ranks; 3 started: a rank stops with one line and status 2, no traceback.
 
