@@ -29,6 +29,8 @@ def test_quick_run_of_both_demos(capsys):
     assert rows[("adamw", "none", False)].deltas == (0.0,)     # the baseline is its own pair
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # --seeds: a further case
 def test_seeds_flag_prints_ranges_and_pairs_every_seed(capsys):
     results = code5.main(["--quick", "--jobs", "1", "--demo", "2", "--seeds", "2", "--model-seed", "3"])
     out = capsys.readouterr().out
@@ -160,7 +162,7 @@ def _table_costs(out):
 
 @pytest.mark.parametrize("argv", [[], ["--inter-gbps", "5", "10"], ["--intra-gbps", "2"], ["--global-batch", "64"],
                                   pytest.param(["--global-batch", "256"], marks=SWEEP_TIER),
-                                  ["--network", "aws-world"]])
+                                  pytest.param(["--network", "aws-world"], marks=SWEEP_TIER)])
 def test_demo1_observation_2_follows_the_printed_numbers(argv, capsys):
     """Which hand layout is cheaper, and whether the proven optimum is one of them, read
     from the printed table; the observations must say the same. On the measured aws-world
@@ -310,6 +312,8 @@ def test_zero_search_budgets_are_not_said_to_differ():
     assert "不比较多给预算的效果" in out and "多给预算没有用" not in out and "预算不同" not in out
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # a second instance
 def test_second_instance_verdict_names_which_genetic_search_reached_the_optimum():
     """--net-seed 12345: the region-blind search reaches batch 256's optimum, the other does not."""
     results, out = main_quietly(code5.main, ["--demo", "1", "--net-seed", "12345"])

@@ -41,11 +41,12 @@ def test_one_exchange_by_hand_in_both_modes():
 
 
 def test_bytes_per_exchange_by_hand():
-    assert gossip.bytes_per_exchange("gossip", 4) == 4.0
-    assert gossip.bytes_per_exchange("all", 4) == 6.0                        # 2 (W − 1) / W × 4
-    assert gossip.bytes_per_exchange("all", 2) == 4.0
+    # one fp32 copy of the model per worker per exchange in either mode, as DiLoCo's row counts
+    assert gossip.bytes_per_exchange("gossip") == gossip.bytes_per_exchange("all") == 4.0
+    assert gossip.ring_bytes_per_exchange(4) == 6.0                           # 2 (W − 1) / W × 4
+    assert gossip.ring_bytes_per_exchange(2) == 4.0
     with pytest.raises(ValueError):
-        gossip.bytes_per_exchange("ring", 4)
+        gossip.bytes_per_exchange("ring")
 
 
 def _setup(n_workers=4, steps=6):
@@ -67,7 +68,8 @@ def test_the_all_reduce_mode_is_diloco_with_outer_lr_1_and_no_momentum():
     assert ours.losses == pytest.approx(plain.losses, abs=1e-5)
     assert ours.bpc == pytest.approx(plain.bpc, abs=1e-5)
     assert ours.spread[0] > 0 and ours.spread[1] == 0.0                     # everyone equal after
-    assert ours.bytes_per_element == pytest.approx(6.0 * 2 / 6, rel=1e-12)  # two exchanges in 6 steps
+    assert ours.bytes_per_element == pytest.approx(4.0 * 2 / 6, rel=1e-12)  # two exchanges in 6 steps,
+    assert ours.bytes_per_element == plain.bytes_per_element                 # counted as DiLoCo's are
 
 
 def test_gossip_leaves_the_replicas_apart_and_sends_one_model_per_exchange():
@@ -131,7 +133,7 @@ def _table(bpcs, spreads, h=30):
     from lecture09.compress import gossip_report as gr
     from lecture09.compress.training import RunResult
     rows = gr.build_rows(h)
-    sent = [4.0, 4.0 / h, 6.0 / h, 4.0 / h]
+    sent = [4.0, 4.0 / h, 4.0 / h, 4.0 / h]
     runs = []
     for row, per_seed, b, sp in zip(rows, bpcs, sent, spreads):
         runs += [RunResult(row.run, cdp.Seeds(0, 0).shifted(k), x, b, 0.0, x != x, 300, 1.0, spread=sp)
@@ -142,14 +144,15 @@ def _table(bpcs, spreads, h=30):
 def test_table_i_observations_follow_the_numbers():
     from lecture09.compress import gossip_report as gr
     worse = _table([[1.5, 1.6], [1.9, 1.9], [2.0, 2.1], [2.1, 2.2]], [(), (), (0.03, 0.0), (0.04, 0.01)])
-    lines = gr.table_i_observations(worse)
-    assert "是它的 0.67" in lines[0]
+    lines = gr.table_i_observations(worse, 4)
+    assert "平均每步每个参数都发 0.1333 字节" in lines[0] and "2(W − 1)/W = 1.50 倍（W = 4）" in lines[0]
+    assert "W = 2 时环形 all-reduce 每人也只发一份" in gr.table_i_observations(worse, 2)[0]
     assert "+0.1000，各种子 +0.1000..+0.1000（更差）" in lines[1]
     assert "交换后还有 0.0100，是交换前（0.0400）的 25%" in lines[2] and "交换后是 0.0000" in lines[2]
     same = _table([[1.5], [1.9], [2.0], [2.005]], [(), (), (0.03, 0.0), (0.04, 0.01)])
-    assert "（差不多）" in gr.table_i_observations(same)[1] and "--seeds 5" in gr.table_i_observations(same)[1]
+    assert "（差不多）" in gr.table_i_observations(same, 4)[1] and "--seeds 5" in gr.table_i_observations(same, 4)[1]
     diverged = _table([[1.5], [1.9], [2.0], [float("nan")]], [(), (), (0.03, 0.0), (0.04, 0.01)])
-    assert "有一行发散了" in gr.table_i_observations(diverged)[1]
+    assert "有一行发散了" in gr.table_i_observations(diverged, 4)[1]
 
 
 def test_table_j_observations_follow_the_numbers():
@@ -178,7 +181,7 @@ def test_quick_run_of_demo_5_prints_what_it_returns():
     for label, (row, (run,), _) in demo5["table"].items():
         assert f"{run.bpc:.4f}" in out
         if row.run.param and row.run.optimizer == "gossip":                 # 12 steps, H = 6: two exchanges
-            assert run.bytes_per_element == pytest.approx(gossip.bytes_per_exchange(row.run.param[1], 4) * 2 / 12)
+            assert run.bytes_per_element == pytest.approx(gossip.bytes_per_exchange(row.run.param[1]) * 2 / 12)
     assert f"{demo5['price'].own_mean_s:.2f}" in out and f"{demo5['price'].round_mean_s:.2f}" in out
     for line in demo5["observations"]:
         assert line[:30] in out.replace("\n     ", "")
@@ -216,8 +219,8 @@ ROWS = ("| DiLoCo，", "| 全体平均（", "| gossip，")
 def test_the_notes_table_i_quotes_the_bytes_by_arithmetic():
     rows = _notes_rows(ROWS)
     assert len(rows) == 3
-    assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip', 4) / 30:.4f}"
-    assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all', 4) / 30:.4f}"
+    assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip') / 30:.4f}"
+    assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all') / 30:.4f}"
 
 
 def test_the_notes_table_i_quotes_diloco_s_bytes_by_arithmetic():

@@ -185,6 +185,8 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_and_the_previous_one_kept
         stop(proc)
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # bad --resume: further cases
 def test_resuming_with_other_settings_is_refused_with_one_line(tmp_path, shapes):
     proc, url, _ = start_server(tmp_path, "--checkpoint-every", "1")
     try:
@@ -214,6 +216,8 @@ def test_a_checkpoint_round_trips_by_hand(tmp_path):
         swarm_checkpoint.load(tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # bad --resume: further cases
 def test_resuming_with_another_aggregator_is_refused_in_one_line(tmp_path, shapes):
     proc, url, _ = start_server(tmp_path, "--checkpoint-every", "1", "--aggregator", "centered-clip", workers=3)
     try:

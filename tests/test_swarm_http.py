@@ -416,6 +416,8 @@ def test_observations_are_worded_from_their_numbers(ratio):
 SCRIPT = ROOT / "code" / "lecture09" / "06_swarm_http.py"
 
 
+@pytest.mark.slow
+@pytest.mark.sweep                  # 4 workers and stderr: a further case of the golden width check
 def test_small_run_fits_a_projector():
     import subprocess
     import sys

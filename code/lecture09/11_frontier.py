@@ -274,7 +274,7 @@ def demo5(args, train, rows, results_iter):
     price, all_reduce_s, plain_s, setup = gossip_pricing.price_gossip(4.0)
     priced = report.price_rows(price, all_reduce_s, h)
     report.print_table_j(priced, setup, plain_s, print_wrapped)
-    observations = report.table_i_observations(table) + report.table_j_observations(priced, price)
+    observations = report.table_i_observations(table, train.n_workers) + report.table_j_observations(priced, price)
     print_observations(observations)
     return {"table": table, "price": price, "priced": priced, "observations": observations}
 

@@ -19,9 +19,12 @@ the last exchange; in "gossip" taking the mean is one more all-reduce, not count
 bytes). How far the replicas are apart is their relative spread
 sqrt(mean_w ||θ_w − θ̄||²) / ||θ̄||, measured just before and just after every exchange.
 
-Bytes per step: in "gossip" one worker sends its whole model (fp32) to one peer per
-exchange, 4 bytes per parameter; in "all" a ring all-reduce sends 2(W − 1)/W × 4. Both / H,
-with one more exchange at the end when H does not divide the steps (as local_sgd).
+Bytes per step are counted as DiLoCo's rows count theirs (local_sgd; code 7's table (c)):
+one encoded fp32 copy per worker per exchange, its whole model, 4 bytes per parameter, in
+either mode; / H, with one more exchange at the end when H does not divide the steps (as
+local_sgd). What differs is how that copy travels: gossip sends it to one peer; an
+all-reduce on a ring makes every worker send 2(W − 1)/W of it, for the full average and
+DiLoCo alike (ring_bytes_per_exchange; table (j) prices both on demo 1's network).
 """
 
 import copy
@@ -82,11 +85,18 @@ def exchange(vectors, mode, generator):
     return out
 
 
-def bytes_per_exchange(mode, n_workers):
-    """Bytes per parameter one worker sends in one exchange (fp32)."""
+def bytes_per_exchange(mode):
+    """Bytes per parameter of one worker's message in one exchange: its model in fp32, in
+    either mode (DiLoCo's rows count one encoded pseudo-gradient the same way)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return FP32 if mode == "gossip" else 2 * (n_workers - 1) / n_workers * FP32
+    return FP32
+
+
+def ring_bytes_per_exchange(n_workers):
+    """Bytes per parameter each worker sends when that message is all-reduced on a ring
+    (§1): 2(W − 1)/W × 4; a gossip pair sends its message once."""
+    return 2 * (n_workers - 1) / n_workers * FP32
 
 
 def train(run, seeds, setup):
@@ -127,7 +137,7 @@ def train(run, seeds, setup):
     _load(final, _mean([torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in workers]))
     n = final.n_params()
     result = engine.finish_run(run, seeds, final, val_data, started, diverged,
-                               bytes_per_exchange(mode, n_workers) * n * exchanges / max(1, len(losses)),
+                               bytes_per_exchange(mode) * n * exchanges / max(1, len(losses)),
                                len(losses), losses=losses)
     mean = (lambda xs: sum(xs) / len(xs) if xs else float("nan"))
     return dataclasses.replace(result, spread=(mean(before), mean(after)))

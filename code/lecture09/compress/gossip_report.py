@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from lecture01.console import print_table
 from lecture09.compress import compressed_dp as cdp
+from lecture09.compress.gossip import bytes_per_exchange, ring_bytes_per_exchange
 from lecture09.compress.decoupled_report import collect, delta_cell, _signed  # noqa: F401  (collect: re-exported)
 
 WORDS = {"same": "差不多", "worse": "更差", "better": "更好", "unclear": "种子之间不一致"}
@@ -74,12 +75,25 @@ def print_table_i(setup, table, h, n_seeds, out):
     print_table(["做法", "字节", "bits/字符", "Δ", "比对照", "散布 前", "散布 后"], rows)
 
 
-def table_i_observations(table, tolerance=cdp.DELTA_TOLERANCE_BPC):
+def bytes_words(gossip, control, g, a, n_workers):
+    """Table (i)'s bytes in words: the same count per message as DiLoCo's row, and how a ring
+    all-reduce of the message multiplies it (none of it when W = 2)."""
+    if g == a:
+        words = f"字节：「{gossip}」和「{control}」平均每步每个参数都发 {g:.4f} 字节（每次交换每人一份 fp32 的模型，和 DiLoCo 一样记）"
+    else:
+        words = f"字节：「{gossip}」平均每步每个参数发 {g:.4f} 字节，「{control}」发 {a:.4f}"
+    ring = ring_bytes_per_exchange(n_workers) / bytes_per_exchange("all")
+    if ring > 1:
+        return words + (f"；差在怎样走：走环形 all-reduce 时，全体平均（和 DiLoCo）每人实发这一份的 2(W − 1)/W = {ring:.2f} 倍"
+                        f"（W = {n_workers}），gossip 的一对只互发一份，表 (j) 算时间")
+    return words + f"；W = {n_workers} 时环形 all-reduce 每人也只发一份"
+
+
+def table_i_observations(table, n_workers, tolerance=cdp.DELTA_TOLERANCE_BPC):
     control, gossip = _labels(table)
     n = len(table[gossip][1])
     g, a = table[gossip][1][0].bytes_per_element, table[control][1][0].bytes_per_element
-    lines = [f"字节：「{gossip}」平均每步每个参数发 {g:.4f} 字节，「{control}」（环形 all-reduce）发 {a:.4f}："
-             + (f"是它的 {g / a:.2f}" if a > 0 else "对照什么也没发")]
+    lines = [bytes_words(gossip, control, g, a, n_workers)]
     d = _pair(table, gossip, control)
     if all(math.isfinite(x) for x in d):
         spread = "" if n == 1 else f"，各种子 {_signed(min(d))}..{_signed(max(d))}"
