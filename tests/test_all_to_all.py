@@ -6,6 +6,7 @@ schedules equal torch.distributed.all_to_all_single element for element."""
 import pytest
 import torch
 
+from conftest import SWEEP_TIER
 from lecture09.ranks import all_to_all as a2a
 from lecture09.ranks import gloo_ranks
 from lecture09.ranks.collectives import integer_inputs
@@ -56,7 +57,7 @@ def test_a_message_of_blocks_its_sender_does_not_hold_is_refused():
         a2a.check_rounds([(a2a.Message(0, 1, ()), a2a.Message(0, 2, ()))], 3)
 
 
-@pytest.mark.parametrize("p", [2, 3])
+@pytest.mark.parametrize("p", [2, pytest.param(3, marks=SWEEP_TIER)])
 def test_on_real_gloo_ranks_both_equal_torch_distributed_all_to_all_single(p):
     n = 4 * p + 1                                       # uneven blocks: all_to_all_single takes their sizes
     outputs = gloo_ranks.run_ranks(a2a.check_worker, p, args=(n, 5), timeout_s=90)

@@ -160,7 +160,8 @@ def _table_costs(out):
 
 
 
-@pytest.mark.parametrize("argv", [[], ["--inter-gbps", "5", "10"], ["--intra-gbps", "2"], ["--global-batch", "64"],
+@pytest.mark.parametrize("argv", [[], pytest.param(["--inter-gbps", "5", "10"], marks=SWEEP_TIER), ["--intra-gbps", "2"],
+                                  pytest.param(["--global-batch", "64"], marks=SWEEP_TIER),
                                   pytest.param(["--global-batch", "256"], marks=SWEEP_TIER),
                                   pytest.param(["--network", "aws-world"], marks=SWEEP_TIER)])
 def test_demo1_observation_2_follows_the_printed_numbers(argv, capsys):

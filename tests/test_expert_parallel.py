@@ -87,7 +87,8 @@ def test_bad_configs_raise():
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("p,experts,k,cf,n", [(2, 4, 2, 1.25, 32), pytest.param(4, 8, 1, 1.0, 16, marks=SWEEP_TIER),
-                                              (2, 2, 1, 0.5, 8), (4, 4, 2, 2.0, 8)])
+                                              pytest.param(2, 2, 1, 0.5, 8, marks=SWEEP_TIER),
+                                              pytest.param(4, 4, 2, 2.0, 8, marks=SWEEP_TIER)])
 def test_expert_parallel_equals_one_process(p, experts, k, cf, n):
     cfg = ep.MoEConfig(n_experts=experts, top_k=k, capacity_factor=cf, tokens_per_rank=n)
     r = report.check_expert_parallel(cfg, p)

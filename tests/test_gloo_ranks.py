@@ -108,9 +108,9 @@ def test_failing_rank_raises_quickly_and_leaves_nothing(tmp_path):
 def test_timeout_is_enforced(tmp_path):
     started = time.monotonic()
     with pytest.raises(RankFailed) as info:
-        run_ranks(sleep_forever, 2, args=(tmp_path,), timeout_s=4)
-    assert 4 <= time.monotonic() - started < 4 + 3 * gloo_ranks.TERMINATE_GRACE_S
-    assert info.value.rank is None and "4" in info.value.reason
+        run_ranks(sleep_forever, 2, args=(tmp_path,), timeout_s=2)
+    assert 2 <= time.monotonic() - started < 2 + 3 * gloo_ranks.TERMINATE_GRACE_S
+    assert info.value.rank is None and "within 2 s" in info.value.reason
     assert not any(_alive(pid) for pid in _pids(tmp_path))   # those that got as far as writing one
     assert not multiprocessing.active_children()             # every child joined, none left running
 
