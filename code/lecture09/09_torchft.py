@@ -183,7 +183,8 @@ def main(argv=None):
     started = time.perf_counter()
     print_header("第 9 讲 · 代码 9：torchft 上的容错训练 fault tolerance on a real engine")
     print_wrapped(f"{args.replicas} 个副本组 replica groups，各 1 个 gloo rank、各自一个进程；一个 Lighthouse；"
-                  f"全在 127.0.0.1。法定人数至少 2 个副本 (min_replicas = 2)。每次全归约和状态下载的时限 "
+                  f"全在 127.0.0.1。法定人数至少 {torchft_run.MIN_REPLICAS} 个副本 "
+                  f"(min_replicas = {torchft_run.MIN_REPLICAS})。每次全归约和状态下载的时限 "
                   f"{args.timeout:g} s，一次法定人数的 {QUORUM_WAITS * args.timeout:g} s；Lighthouse 把 "
                   f"{args.heartbeat_ms} ms 没有心跳的副本当作死了，凑法定人数时最多等一个有心跳、还没报名的副本 "
                   f"{args.join_ms} ms (join timeout)。")

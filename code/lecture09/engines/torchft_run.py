@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from lecture01.cli_args import sigint_ignored
 from lecture09.engines.torchft_replica import ReplicaSettings, run_replica
 
+MIN_REPLICAS = 2              # the Lighthouse forms a quorum of at least this many replica groups
 JOIN_TIMEOUT_MS = 2000        # the Lighthouse waits this long for a heartbeating replica to join a quorum
 HEARTBEAT_TIMEOUT_MS = 1500   # a replica silent this long is dead to the Lighthouse
 QUORUM_TICK_MS = 50           # how often the Lighthouse re-checks whether a quorum can form
@@ -113,7 +114,7 @@ def _lighthouse_child(connection, heartbeat_timeout_ms, join_timeout_ms):
     os.environ.setdefault("RUST_LOG", "error")
     from torchft._torchft import LighthouseServer
 
-    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=2, join_timeout_ms=join_timeout_ms,
+    server = LighthouseServer(bind="127.0.0.1:0", min_replicas=MIN_REPLICAS, join_timeout_ms=join_timeout_ms,
                               heartbeat_timeout_ms=heartbeat_timeout_ms, quorum_tick_ms=QUORUM_TICK_MS)
     connection.send(int(server.address().rsplit(":", 1)[1]))
     try:
