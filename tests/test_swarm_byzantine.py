@@ -13,7 +13,7 @@ import torch
 
 from conftest import LECTURE09, ROOT, load_script
 from lecture09.compress import compression as c
-from lecture09.swarm import swarm_protocol
+from lecture09.swarm import swarm_flags, swarm_protocol
 from lecture09.swarm.swarm_http import RunningServer
 from lecture09.swarm.swarm_protocol import Rejection, ServerConfig, Upload, WorkerConfig
 from lecture09.swarm.swarm_server import ParameterServer
@@ -34,14 +34,14 @@ def test_aggregator_names_agree_with_the_registry():
 def test_read_token_file(tmp_path):
     good = tmp_path / "tokens"
     good.write_text("# worker token\n0 alpha-1\n1 beta.2   # a comment\n\n", encoding="utf-8")
-    assert swarm_protocol.read_token_file(good) == (("0", "alpha-1"), ("1", "beta.2"))
+    assert swarm_flags.read_token_file(good) == (("0", "alpha-1"), ("1", "beta.2"))
     for text, says in [("0 alpha beta\n", "expected"), ("0 alpha\n0 beta\n", "repeated"),
                        ("0 alpha\n1 alpha\n", "repeated"), ("# nothing\n", "no `worker_id token`"),
                        ("0 al pha\n", "expected"), ("w*rker alpha\n", "expected")]:
         bad = tmp_path / "bad"
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=says):
-            swarm_protocol.read_token_file(bad)
+            swarm_flags.read_token_file(bad)
 
 
 def test_a_token_uploads_only_as_its_own_worker():
@@ -227,6 +227,46 @@ def test_the_tiny_dense_upload_on_the_real_server(bodies, aggregator, n, bounded
         assert influence <= BOUND_UNITS, influence
     else:
         assert influence > 5 * BOUND_UNITS, influence
+
+
+def tiny_topk_body(shapes, ratio):
+    """The tiny attack in a top-k swarm's format: +-1e-4 on top-k's count of entries per tensor,
+    at places a 1% spread of magnitudes picks at random (entries the honest uploads seldom touch,
+    where AdamW's v is near 0, as the dense upload hit)."""
+    gen = torch.Generator().manual_seed(7)
+    noise = {name: (torch.randint(0, 2, shape, generator=gen).float() * 2 - 1) * 1e-4
+             * (1 + 0.01 * torch.rand(shape, generator=gen)) for name, shape in shapes.items()}
+    return c.payload_to_bytes(c.encode_payload(noise, "topk", ratio=ratio))
+
+
+def test_in_code_6s_default_swarm_the_tiny_upload_moves_the_weights_at_most_bound_units(bodies):
+    """Issue 23's criterion under code 6's defaults (mean, --compression topk, --topk-ratio
+    0.01): the dense tiny upload is refused (400 wrong_compression), so a liar can send only
+    top-k's count of entries; then its influence is within BOUND_UNITS honest units. The
+    control keeps everything but the count (5x the entries, on a server that takes any)."""
+    honest, warm = bodies
+    swarm = ServerConfig(steps=100, compression="topk", topk_ratio=0.01)
+    shapes = ParameterServer(ServerConfig()).shapes
+    server = ParameterServer(swarm)
+    with pytest.raises(Rejection) as refused:
+        server.submit(Upload("w0", 0, "none", 3.0), tiny_dense_body(shapes))
+    server.close()
+    assert refused.value.code == "wrong_compression"
+    n, mean_any = 4, ServerConfig(steps=100)
+    all_honest = [("topk", b) for b in honest[:n]]
+    unit = float((delta_after_warm_rounds(mean_any, warm, all_honest)
+                  - delta_after_warm_rounds(mean_any, warm, all_honest[:n - 1])).double().norm())
+
+    def influence(config, body):
+        attacked = delta_after_warm_rounds(config, warm, all_honest[:n - 1] + [("topk", body)])
+        return float((attacked - delta_after_warm_rounds(config, warm, all_honest)).double().norm()) / unit
+    assert influence(swarm, tiny_topk_body(shapes, 0.01)) <= BOUND_UNITS             # measured 1.48
+    assert influence(mean_any, tiny_topk_body(shapes, 0.05)) > BOUND_UNITS           # the control: 3.29
+    server = ParameterServer(swarm)                                                   # and it is refused
+    with pytest.raises(Rejection) as refused:
+        server.submit(Upload("w0", 0, "topk", 3.0), tiny_topk_body(shapes, 0.05))
+    server.close()
+    assert refused.value.code == "too_many_entries"
 
 
 def test_krum_on_uploads_from_the_first_weights_picks_an_honest_one(bodies):

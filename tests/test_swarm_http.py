@@ -32,6 +32,15 @@ def server():
     running.close()
 
 
+@pytest.fixture
+def topk_server():
+    """A swarm of one wire format, as code 6 starts (--compression topk): the bad-upload table's
+    server, where a dense upload and one over top-k's count are refused too."""
+    running = RunningServer(ServerConfig(world_size=2, steps=1000, token=TOKEN, compression="topk"))
+    yield running
+    running.close()
+
+
 def last_name(server, n_dims):
     """The last parameter with n_dims dimensions (the output head's matrix or bias)."""
     return [name for name, shape in server.swarm.shapes.items() if len(shape) == n_dims][-1]
@@ -46,7 +55,8 @@ def status(server):
 def payload_for(server, mode="topk", seed=0, scale=0.01):
     gen = torch.Generator().manual_seed(seed)
     grads = {name: scale * torch.randn(shape, generator=gen) for name, shape in server.swarm.shapes.items()}
-    return c.encode_payload(grads, mode, ratio=0.05)
+    config = server.swarm.config     # a swarm of one format allows its own top-k ratio, no more
+    return c.encode_payload(grads, mode, ratio=config.topk_ratio if config.compression else 0.05)
 
 
 def post(server, payload=None, body=None, worker="w0", version=None, mode="topk", token=TOKEN, loss="3.5"):
@@ -70,7 +80,7 @@ def assert_valid_round(server):
     assert before["health"] == "ok"
     code, answer = post(server, worker="ok-a")
     assert (code, answer["applied"]) == (200, False)
-    code, answer = post(server, worker="ok-b", mode="topk-int8")
+    code, answer = post(server, worker="ok-b", mode=server.swarm.config.compression or "topk-int8")
     assert (code, answer["applied"]) == (200, True)
     after = status(server)
     assert after["version"] == before["version"] + 1
@@ -94,7 +104,8 @@ def refused(server, expected_status, **kwargs):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", swarm_bad_uploads.BAD_UPLOADS, ids=lambda case: case.label)
-def test_each_bad_upload_is_refused_with_its_code_then_a_valid_round(server, case):
+def test_each_bad_upload_is_refused_with_its_code_then_a_valid_round(topk_server, case):
+    server = topk_server
     target = swarm_bad_uploads.Target(server.swarm.shapes, TOKEN)
     if case.prepare:   # run_case prepares, then sends; measure the buffer after preparing
         pending_after_prepare = {"in_round": 1, "next_version": 0}[case.prepare]
@@ -318,7 +329,7 @@ def test_flags_of_another_mode_are_refused(capsys):
     url = "http://127.0.0.1:8000"
     for argv, flag in ((["--port", "8000"], "--port"), (["--verbose"], "--verbose"),
                        (["--worker-id", "1"], "--worker-id"), (["--compression", "none"], "--compression"),
-                       (["--serve", "--modes", "topk"], "--modes"), (["--serve", "--compression", "none"], "--compression"),
+                       (["--serve", "--modes", "topk"], "--modes"), (["--serve", "--attack", "ipm"], "--attack"),
                        (["--worker", url, "--port", "8000"], "--port"), (["--worker", url, "--steps", "5"], "--steps"),
                        (["--worker", url, "--workers", "2"], "--workers")):
         with pytest.raises(SystemExit) as exit_info:
@@ -330,6 +341,8 @@ def test_flags_of_another_mode_are_refused(capsys):
     args = swarm_http.parse_args(["--serve", "--port", "8000", "--token", "secret", "--workers", "2",
                                   "--steps", "60", "--round-deadline-s", "5", "--verbose"])
     assert (args.port, args.workers, args.round_deadline_s) == (8000, 2, 5.0)
+    args = swarm_http.parse_args(["--serve", "--compression", "none", "--topk-ratio", "0.05"])   # the swarm's format
+    assert swarm_http.server_config_from(args, None).compression == "none"
     args = swarm_http.parse_args(["--worker", url, "--worker-id", "1", "--token", "secret",
                                   "--compression", "topk-int8", "--topk-ratio", "0.05", "--batch-size", "4"])
     assert (args.worker_id, args.compression, args.topk_ratio) == (1, "topk-int8", 0.05)

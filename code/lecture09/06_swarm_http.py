@@ -77,9 +77,9 @@ from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
 )
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
-                                         non_negative_float, server_url, token, wire_mode)
+                                         non_negative_float, read_token_file, server_url, token, wire_mode)
 from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
-                                            WorkerConfig, new_worker_tokens, read_token_file)
+                                            WorkerConfig, new_worker_tokens)
 
 # robust.aggregators.AGGREGATORS, written out so that --help needs no torch (a test checks they agree)
 AGGREGATOR_NAMES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clip")
@@ -113,7 +113,7 @@ def server_config_from(args, token):
                    max_staleness=args.max_staleness,
                    max_body_bytes=args.max_body_bytes, model_seed=args.seed, token=token,
                    aggregator=args.aggregator, byzantine=args.byzantine, update_clip=args.update_clip,
-                   worker_tokens=getattr(args, "worker_tokens", ()))
+                   worker_tokens=getattr(args, "worker_tokens", ()), compression=args.compression, topk_ratio=args.topk_ratio)
 
 
 def run_default(args):
@@ -157,15 +157,15 @@ def run_default(args):
             worker_config = replace(WORKER, compression=mode, topk_ratio=args.topk_ratio, batch_size=args.batch_size,
                                     data_seed=args.data_seed, token=server_config.token,
                                     retry_budget_s=args.retry_budget_s)
-            result = run_swarm(workers, server_config, worker_config, val_tokens, liar_attack=args.attack)
+            result = run_swarm(workers, replace(server_config, compression=mode), worker_config, val_tokens, args.attack)
             print(f"  {mode}: {result.steps} 步 steps, {result.wall_s:.1f} s", file=sys.stderr, flush=True)
             results.append(result)
         if plan is not None:   # last: it kills one of the pool's processes
             churn_mode = "topk" if "topk" in args.modes else args.modes[0]
             start_s = time.perf_counter()
             deadline_s = churn_deadline_s(results[args.modes.index(churn_mode)])
-            churn = run_churn(workers, pool[-1], server_config, replace(worker_config, compression=churn_mode),
-                              val_tokens, plan, deadline_s)
+            churn = run_churn(workers, pool[-1], replace(server_config, compression=churn_mode),
+                              replace(worker_config, compression=churn_mode), val_tokens, plan, deadline_s)
             print(f"  churn ({churn_mode}): {time.perf_counter() - start_s:.1f} s", file=sys.stderr, flush=True)
         finished = True
     finally:
@@ -258,7 +258,7 @@ ROLE_FLAGS = {
                 "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
-              "aggregator", "byzantine", "token_file", "update_clip"},
+              "aggregator", "byzantine", "token_file", "update_clip", "compression", "topk_ratio"},
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
                "retry_budget_s", "attack"},
 }
@@ -318,9 +318,11 @@ def build_parser():
                         help="--worker：这个工作者的编号，每个不同，决定它的 batch worker id "
                              "(default %(default)s)")
     parser.add_argument("--compression", type=wire_mode, metavar="MODE", default=worker_defaults.compression,
-                        help="--worker：上传格式，compression.WIRE_MODES 之一 upload format (default %(default)s)")
+                        help="上传格式，compression.WIRE_MODES 之一；--serve 只收这一种 upload format; a server "
+                             "refuses any other (default %(default)s)")
     parser.add_argument("--topk-ratio", type=ratio, default=worker_defaults.topk_ratio,
-                        help="top-k 上传保留的每个张量元素比例 fraction of entries kept (default %(default)s)")
+                        help="top-k 上传保留的每个张量元素比例；服务器拒绝更多的 fraction of entries kept; a "
+                             "server refuses more (default %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, default=worker_defaults.batch_size,
                         help="每个工作者每步的序列数 sequences per worker per step (default %(default)s)")
     parser.add_argument("--seed", type=non_negative_int, default=server_defaults.model_seed,

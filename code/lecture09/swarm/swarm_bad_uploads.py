@@ -37,8 +37,8 @@ class Target:
         self.matrix = [name for name, shape in self.shapes.items() if len(shape) == 2][-1]
         self.vector = [name for name, shape in self.shapes.items() if len(shape) == 1][-1]
 
-    def body(self, mode="topk", edit=None):
-        tensors = encode_payload(self.grads, mode, 0.01)
+    def body(self, mode="topk", edit=None, ratio=0.01):
+        tensors = encode_payload(self.grads, mode, ratio)   # 0.01: ServerConfig's top-k ratio
         if edit is not None:
             edit(tensors)
         return payload_to_bytes(tensors)
@@ -60,8 +60,8 @@ class Request:
     send_body: bool = True      # False: the body is announced by Content-Length, never sent
 
 
-def upload(target, mode="topk", edit=None, **header_args):
-    body = target.body(mode, edit)
+def upload(target, mode="topk", edit=None, ratio=0.01, **header_args):
+    body = target.body(mode, edit, ratio)
     return Request(target.headers(body, mode, **header_args), body)
 
 
@@ -117,13 +117,15 @@ BAD_UPLOADS = (
     BadUpload("少一个键 missing key", "bad_payload", lambda t: upload(t, edit=lambda p: p.pop(t.matrix + "::val"))),
     BadUpload("多一个键 extra key", "bad_payload", lambda t: upload(t, edit=lambda p: p.update(
         {"backdoor::idx": torch.zeros(1, dtype=torch.int64)}))),
-    BadUpload("形状不对 wrong shape", "bad_payload", lambda t: upload(t, "none", lambda p: p.update(
-        {t.matrix: torch.zeros(t.shapes[t.matrix][0] + 1, t.shapes[t.matrix][1])}))),
+    BadUpload("形状不对 wrong shape", "bad_payload", lambda t: upload(t, edit=lambda p: p.update(
+        {t.matrix + "::val": p[t.matrix + "::val"].reshape(1, -1)}))),
     BadUpload("类型不对 wrong dtype", "bad_payload", lambda t: upload(t, edit=lambda p: p.update(
         {t.vector + "::idx": p[t.vector + "::idx"].to(torch.int32)}))),
     BadUpload("下标越界 index out of range", "bad_payload", lambda t: upload(
         t, edit=set_item(t.vector + "::idx", 0, t.shapes[t.vector].numel()))),
     BadUpload("负下标 negative index", "bad_payload", lambda t: upload(t, edit=set_item(t.vector + "::idx", 0, -1))),
+    BadUpload("稠密的上传 dense to a top-k swarm", "wrong_compression", lambda t: upload(t, "none")),
+    BadUpload("比 top-k 多一倍 twice top-k's entries", "too_many_entries", lambda t: upload(t, ratio=0.02)),
     BadUpload("NaN", "bad_payload", lambda t: upload(t, edit=set_item(t.matrix + "::val", 0, float("nan")))),
     BadUpload("无穷大 inf", "bad_payload", lambda t: upload(t, edit=set_item(t.matrix + "::val", 0, float("inf")))),
     BadUpload("X-Worker-Id 为空 empty", "bad_header", lambda t: upload(t, worker="")),

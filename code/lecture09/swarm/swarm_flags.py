@@ -7,7 +7,7 @@ import argparse
 from urllib.parse import urlsplit
 
 from lecture01.cli_args import float_in, int_in
-from lecture09.swarm.swarm_protocol import TOKEN_PATTERN
+from lecture09.swarm.swarm_protocol import TOKEN_PATTERN, WORKER_ID_PATTERN
 
 non_negative_float = float_in(0, None)
 PORT = int_in(0, 65535)            # 0: let the OS pick a free port
@@ -51,3 +51,27 @@ def mode_list(text):
         raise argparse.ArgumentTypeError(f"需要 all 或不重复的压缩方式 (all, or a comma list of distinct modes "
                                          f"from {','.join(WIRE_MODES)}), got {text!r}")
     return modes
+
+
+def read_token_file(path):
+    """((worker id, token), ...) from a file of lines `worker_id token` (# starts a comment).
+    ValueError, naming the line, for a malformed line, a repeated id or a repeated token."""
+    pairs, ids, secrets_seen = [], set(), set()
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            parts = text.split()
+            if (len(parts) != 2 or not WORKER_ID_PATTERN.fullmatch(parts[0])
+                    or not TOKEN_PATTERN.fullmatch(parts[1])):
+                raise ValueError(f"{path}:{number}: expected `worker_id token` "
+                                 "(id: 1-64 of A-Z a-z 0-9 _ . -; token: 1-256 of A-Z a-z 0-9 . _ ~ + / = -)")
+            if parts[0] in ids or parts[1] in secrets_seen:
+                raise ValueError(f"{path}:{number}: worker id or token repeated")
+            ids.add(parts[0])
+            secrets_seen.add(parts[1])
+            pairs.append((parts[0], parts[1]))
+    if not pairs:
+        raise ValueError(f"{path}: no `worker_id token` lines")
+    return tuple(pairs)

@@ -25,6 +25,9 @@ nothing here imports torch at module level (the payload check imports it when ca
     7      the payload: safetensors, exact keys, dtypes, shapes,
            indices, finite values (check_payload ->
            compression.decode_payload)                                400 bad_payload
+    8      the swarm's one format, and no more entries per tensor
+           than top-k keeps (check_format; check_payload: §8)         400 wrong_compression
+                                                                      / too_many_entries
     then   the upload is clipped to a norm bound and enters the round (200)
 
 Before check 3, a client address with too many wrong tokens lately is refused at once
@@ -71,9 +74,13 @@ class ServerConfig:
     listen_backlog: int = 128        # the kernel's queue of connections not yet accepted
     model_seed: int = 0              # tiny_gpt.make_model's seed: the starting weights
     token: str | None = None         # shared secret for POST /gradients; None: no check
-    worker_tokens: tuple = ()        # ((worker id, token), ...): per-worker tokens (read_token_file);
+    worker_tokens: tuple = ()        # ((worker id, token), ...): per-worker tokens (swarm_flags.read_token_file);
                                      # when given, a token uploads only as its own worker id, and
                                      # `token` is not used
+    compression: str | None = None   # the swarm's wire format (code 6 sets its --compression): any
+    topk_ratio: float = 0.01         # other is refused, and a top-k upload may carry at most
+                                     # topk_count(n, ratio) entries per tensor (§8: it bounds what one
+                                     # upload moves). None: any format, any count (tests of other checks)
     aggregator: str = "mean"         # robust.aggregators.AGGREGATORS: how a round's uploads combine
     byzantine: int = 1               # f, the liars the aggregator is built for (not used by mean)
     update_clip: float = 0.0         # > 0: each step's |Δw| (L2, after AdamW) is cut to this; 0: off
@@ -126,10 +133,11 @@ class WorkerConfig:
 
 # What one swarm worker can send instead of its gradient (§8). It sees only its own
 # gradient, so the attacks that need the honest uploads (robust.attacks' alie) are not here;
-# ipm uses its own gradient in place of the honest mean. Dense attacks travel as mode none.
+# ipm uses its own gradient in place of the honest mean. Every attack travels in the swarm's
+# format (a server refuses any other): in a top-k swarm, noise keeps k entries per tensor.
 WIRE_ATTACKS = {"none": "its honest gradient", "sign-flip": "minus its gradient",
-                "ipm": "minus 0.1 times its gradient", "tiny-dense": "+-1e-4 in every entry (mode none)",
-                "gaussian": "N(0, 1) in every entry (mode none)", "replay": "its previous upload again"}
+                "ipm": "minus 0.1 times its gradient", "tiny-dense": "+-1e-4 in every entry, in the swarm's format",
+                "gaussian": "N(0, 1) in every entry, in the swarm's format", "replay": "its previous upload again"}
 
 
 # The largest valid upload is top-k at ratio 1: every entry as an int64 index and an fp32
@@ -165,6 +173,8 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "repeat_in_round": (409, WAIT),    # this worker is in the round already: wait for the step
     "training_done": (409, REPULL),    # the pull then reports done and the worker stops
     "bad_payload": (400, STOP),
+    "wrong_compression": (400, STOP),  # not the swarm's wire format (ServerConfig.compression)
+    "too_many_entries": (400, STOP),   # a tensor carries more entries than top-k keeps
     "busy": (503, RETRY),              # transient: the same request again, after Retry-After
     "too_many_failures": (429, RETRY),
     "not_found": (404, STOP),
@@ -319,30 +329,6 @@ def check_owner(upload, owner):
         raise Rejection("wrong_worker", f"this token belongs to worker {owner}, not {upload.worker_id}")
 
 
-def read_token_file(path):
-    """((worker id, token), ...) from a file of lines `worker_id token` (# starts a comment).
-    ValueError, naming the line, for a malformed line, a repeated id or a repeated token."""
-    pairs, ids, secrets_seen = [], set(), set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            parts = text.split()
-            if (len(parts) != 2 or not WORKER_ID_PATTERN.fullmatch(parts[0])
-                    or not TOKEN_PATTERN.fullmatch(parts[1])):
-                raise ValueError(f"{path}:{number}: expected `worker_id token` "
-                                 "(id: 1-64 of A-Z a-z 0-9 _ . -; token: 1-256 of A-Z a-z 0-9 . _ ~ + / = -)")
-            if parts[0] in ids or parts[1] in secrets_seen:
-                raise ValueError(f"{path}:{number}: worker id or token repeated")
-            ids.add(parts[0])
-            secrets_seen.add(parts[1])
-            pairs.append((parts[0], parts[1]))
-    if not pairs:
-        raise ValueError(f"{path}: no `worker_id token` lines")
-    return tuple(pairs)
-
-
 @dataclass(frozen=True)
 class Upload:
     worker_id: str
@@ -403,12 +389,28 @@ def check_version(upload, version, done, update, max_staleness, round_workers):
                                          f"tolerance {max_staleness}")
 
 
-def check_payload(body, shapes, mode):
+def check_format(mode, swarm_mode):
+    """8. The swarm's one wire format (None: any): a dense upload to a top-k swarm would touch
+    every entry, and AdamW moves an entry by about lr whatever its size (§8)."""
+    if swarm_mode is not None and mode != swarm_mode:
+        raise Rejection("wrong_compression", f"this swarm uploads {swarm_mode}, got {mode}")
+
+
+def check_payload(body, shapes, mode, topk_ratio=None):
     """7. The body as a payload: every key, dtype, shape, index and value
-    (compression.decode_payload) -> {name: dense float32 gradient}."""
+    (compression.decode_payload) -> {name: dense float32 gradient}. With topk_ratio, a
+    sparse tensor may carry at most compression_schemes.topk_count(numel, ratio) entries."""
     from lecture09.compress.compression import PayloadError, decode_payload, payload_from_bytes
+    from lecture09.compress.compression_schemes import IDX_SUFFIX, topk_count
 
     try:
-        return decode_payload(payload_from_bytes(body), shapes, mode)
+        payload = payload_from_bytes(body)
+        dense = decode_payload(payload, shapes, mode)
     except PayloadError as error:
         raise Rejection("bad_payload", str(error)) from None
+    for name, shape in shapes.items():
+        index = payload.get(name + IDX_SUFFIX)
+        if topk_ratio is not None and index is not None and len(index) > topk_count(shape.numel(), topk_ratio):
+            raise Rejection("too_many_entries", f"{name}: {len(index)} entries, top-k keeps "
+                                                f"{topk_count(shape.numel(), topk_ratio)} at ratio {topk_ratio:g}")
+    return dense

@@ -345,7 +345,7 @@ def demo_server_checks(token="demo-token"):
     from lecture09.swarm.swarm_bad_uploads import BAD_UPLOADS, Target, run_case, send, upload
     from lecture09.swarm.swarm_http import RunningServer
 
-    server = RunningServer(ServerConfig(world_size=2, steps=10, token=token))
+    server = RunningServer(ServerConfig(world_size=2, steps=10, token=token, compression="topk"))
     try:
         swarm = server.swarm
         target = Target(swarm.shapes, token)
@@ -356,7 +356,7 @@ def demo_server_checks(token="demo-token"):
             rows.append([case.label, status, answer.get("error", ""), report["health"], report["pending_uploads"]])
         before = target.version = swarm.version
         first, _ = send(server.url, upload(target, worker="a"))
-        second, answer = send(server.url, upload(target, "topk-int8", worker="b"))
+        second, answer = send(server.url, upload(target, worker="b"))
         valid = (first, second, answer.get("applied"), before, swarm.version, swarm.status()["health"])
         return rows, valid
     finally:

@@ -16,7 +16,7 @@ from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
 from lecture09.compress.compression import safetensors_bytes
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm import swarm_checkpoint
-from lecture09.swarm.swarm_protocol import (Rejection, ServerConfig, check_payload, check_version,
+from lecture09.swarm.swarm_protocol import (Rejection, ServerConfig, check_format, check_payload, check_version,
                                             max_body_bytes_for)
 
 
@@ -182,7 +182,9 @@ class ParameterServer:
                     self._saw(upload.worker_id)   # alive, and late: expected from now on
                 raise
         # Decoding is the slow part; it runs outside the lock, on a private copy.
-        dense = check_payload(body, self.shapes, upload.compression)
+        check_format(upload.compression, self.config.compression)
+        dense = check_payload(body, self.shapes, upload.compression,
+                              self.config.topk_ratio if self.config.compression is not None else None)
         dense, norm = clipped(dense, self.config.upload_clip_norm)
         with self.changed:
             self._admit(upload)   # again: the version may have moved while we decoded

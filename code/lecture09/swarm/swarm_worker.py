@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import load as safetensors_load
 
 from lecture01.tiny_gpt import get_batch, lm_loss, load_world_tokens, make_model
-from lecture09.compress.compression import PayloadErrorFeedback, payload_tensor_bytes, payload_to_bytes
+from lecture09.compress.compression import (PayloadErrorFeedback, encode_payload, payload_tensor_bytes,
+                                            payload_to_bytes)
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm.swarm_protocol import REPULL, TRANSIENT_STATUSES, WAIT, WorkerConfig, next_move
 
@@ -218,9 +219,12 @@ class Worker:
                 if attack == "gaussian":
                     return torch.randn(g.shape, generator=self.lie_gen)
                 return (torch.randint(0, 2, g.shape, generator=self.lie_gen).float() * 2 - 1) * 1e-4
-            payload = {name: noise(g) for name, g in grads.items()}
+            # in the swarm's own format: a server refuses any other (check_format), so in a
+            # top-k swarm the liar's noise travels as k entries per tensor like everyone's
+            noise_grads = {name: noise(g) for name, g in grads.items()}
+            payload = encode_payload(noise_grads, mode, ratio=self.config.topk_ratio)
             self._proposed = False
-            return payload, payload_to_bytes(payload), "none"
+            return payload, payload_to_bytes(payload), mode
         elif attack == "replay" and self.last_body is not None:
             self._proposed = False
             return self.last_body
