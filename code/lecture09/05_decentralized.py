@@ -31,7 +31,7 @@ compressing what workers send.
 在 --jobs 个进程里并行（默认 2；每个进程 1 个 torch 线程，结果与进程数无关）。每一行都和同一优化器、
 同样种子的不压缩那一行相减（配对差 Δ），观察的措辞由 Δ 和容差 compressed_dp.DELTA_TOLERANCE_BPC 决定。
 前向精度 --precision auto：CPU 有 bf16 硬件（AVX512-BF16 或 AMX）就用 bf16 混合精度，否则 fp32。
-演示 1 是纯算术，在任何机器上逐位相同；演示 2 的 bits/字符 随 CPU 和种子变（讲义 7.7 节：差多少、为什么）。
+演示 1 是纯算术，在任何机器上逐位相同；演示 2 的 bits/字符 随 CPU 和种子变（讲义 5.7 节：差多少、为什么）。
 用时（elapsed）打印到 stderr。
 需要 (needs): numpy、torch；演示 1 在 schedule/（demo1_tables.py 打印表格，demo1_observations.py 写观察），
 演示 2 在 compress/（demo2_report.py 打印，compressed_dp.py 训练）；code/lecture01 的

@@ -175,7 +175,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
     topk_sgd, topk_sgd_ef = row("sgd", "topk"), row("sgd", "topk", True)
     out("\n观察 Observations（演示 2）：")
     if n_seeds == 1:
-        noise = "bits/字符本身随种子和 CPU 变（讲义 7.7 节；--seeds 3 量一量）"
+        noise = "bits/字符本身随种子和 CPU 变（讲义 5.7 节；--seeds 3 量一量）"
     else:
         int8_deltas = Spread.of(int8.deltas)
         base_range, delta_range = base.bpc.high - base.bpc.low, int8_deltas.high - int8_deltas.low

@@ -152,7 +152,7 @@ def optimum_observation(setup, r, out):
         reached = [method_label(setup, name) for name, m in main.methods.items() if main.reaches_optimum(m.cost)]
         best_h = min(m.cost for m in main.methods.values() if m.cost is not None)
         out(f" 5. 最优分配 {opt.cost:.2f} 秒是证明过的：没有任何分配能更快。同一地区里的卡可以互换，分配只取决于"
-            f"'每个阶段在每个地区放几个'和相邻阶段怎么配对，这个空间小到可以穷举（讲义 7.4 节）。"
+            f"'每个阶段在每个地区放几个'和相邻阶段怎么配对，这个空间小到可以穷举（讲义 5.4 节）。"
             + (f"这次达到最优的：{'、'.join(reached)}。" if reached else
                f"启发式里最好的 {best_h:.2f} 秒，离最优还差 {(best_h / opt.cost - 1) * 100:.1f}%。"))
     else:
