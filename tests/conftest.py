@@ -109,6 +109,30 @@ def notes_row(section, first_cell):
     raise KeyError(f"no table row starts with {first_cell!r}")
 
 
+def notes_range(cell):
+    """(low, high) of a notes cell written "low..high"."""
+    low, high = (float(x) for x in cell.split(".."))
+    return low, high
+
+
+def frontier_default_run(demo, precision):
+    """Table of code 11's demo `demo` at its defaults in one forward precision (the claims
+    tests of §11.4-§11.6 share one run per precision in a module fixture)."""
+    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main,
+                              ["--demo", str(demo), "--precision", precision])
+    return results[f"demo{demo}"]["table"]
+
+
+def assert_deltas_in_notes_ranges(section, precision, table, n_rows, tol):
+    """Each row after the first (the baseline of Δ) lies in its row's "Δ <precision>（5 组种子）"
+    range of the notes, widened by tol: the notes' ranges are 5 draws, the default pair one of them."""
+    rows = list(table.items())[1:]
+    assert len(rows) == n_rows
+    for label, (_, _, (delta, *_)) in rows:
+        low, high = notes_range(notes_row(section, label)[f"Δ {precision}（5 组种子）"])
+        assert low - tol <= delta <= high + tol, (precision, label, delta)
+
+
 def run_script(path, *args, timeout_s=1800):
     """Run a script as a student would (python3 path args) from another folder; return stdout."""
     import subprocess

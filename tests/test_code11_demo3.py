@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
+from conftest import (LECTURE09, assert_deltas_in_notes_ranges, frontier_default_run, notes_range, notes_row,
+                      shared_quick_run)
 from lecture09.compress import decoupled_momentum as dm
 from lecture09.compress import decoupled_report as dr
 from lecture09.compress import compressed_dp as cdp
@@ -258,11 +259,6 @@ def test_the_notes_table_e_quotes_the_bytes_of_the_quick_run():
             assert rows[label][1:3] == [f"{sent:.4f}", f"{dr.received(sent, row.gathered, 4):.4f}"]
 
 
-def _range(cell):
-    lo, hi = (float(x) for x in cell.split(".."))
-    return lo, hi
-
-
 # §11.4's ranges are 5 draws (seed pairs (k, k+1)) in each forward precision; the default seed
 # pair is one of them, so a default run in either precision lies in that precision's column,
 # widened by TOL (another CPU sums in another order).
@@ -273,9 +269,7 @@ TOL = 0.01
 def default_demo_3(request):
     """(precision, table (e)) of demo 3 at its defaults in one forward precision: one run each,
     shared by this module's claims tests."""
-    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main,
-                              ["--demo", "3", "--precision", request.param])
-    return request.param, results["demo3"]["table"]
+    return request.param, frontier_default_run(3, request.param)
 
 
 def _notes_section_11_4():
@@ -287,23 +281,17 @@ def _notes_section_11_4():
 @pytest.mark.slow
 @pytest.mark.claims
 def test_each_rows_delta_lies_in_the_notes_range_of_its_precision(default_demo_3):
-    from conftest import notes_row
     precision, table = default_demo_3
-    rows = list(table.items())[1:]                                # AdamW is the baseline of Δ
-    assert len(rows) == 3
-    for label, (row, _, (delta,)) in rows:
-        lo, hi = _range(notes_row(_notes_section_11_4(), label)[f"Δ {precision}（5 组种子）"])
-        assert lo - TOL <= delta <= hi + TOL, (precision, label, delta)
+    assert_deltas_in_notes_ranges(_notes_section_11_4(), precision, table, 3, TOL)     # AdamW: the baseline
 
 
 @pytest.mark.slow
 @pytest.mark.claims
 def test_the_paired_differences_lie_in_the_notes_ranges_of_their_precision(default_demo_3):
-    from conftest import notes_row
     precision, table = default_demo_3
     by_kind = {("topk" if row.run.scheme == "topk" else "control" if row.control else row.run.optimizer): runs[0]
                for row, runs, _ in table.values()}
     for name, other in (("DeMo 减 top-k + 误差反馈", "topk"), ("DeMo 减 系数全发", "control")):
         diff = by_kind["demo"].bpc - by_kind[other].bpc
-        lo, hi = _range(notes_row(_notes_section_11_4(), name)[f"{precision}（5 组种子）"])
+        lo, hi = notes_range(notes_row(_notes_section_11_4(), name)[f"{precision}（5 组种子）"])
         assert math.isfinite(diff) and lo - TOL <= diff <= hi + TOL, (precision, name, diff)

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from conftest import LECTURE09, load_script, main_quietly, shared_quick_run
+from conftest import (LECTURE09, assert_deltas_in_notes_ranges, frontier_default_run, notes_range, notes_row,
+                      shared_quick_run)
 from lecture09.compress import sparseloco as sl
 from lecture09.compress import sparseloco_report as sr
 from lecture09.compress.compressed_dp import Seeds
@@ -146,11 +147,6 @@ def _notes_rows(first_cells):
                                           for line in section.splitlines() if line.startswith(first_cells))}
 
 
-def _range(cell):
-    lo, hi = (float(x) for x in cell.split(".."))
-    return lo, hi
-
-
 def test_the_notes_table_g_quotes_the_bytes_of_the_quick_run():
     # bytes per exchange are arithmetic: the same in the quick run (H = 6) as in the default
     # run the notes quote (H = 30); the mean per step is that over 30 (300 steps: 10 exchanges)
@@ -173,9 +169,7 @@ TOL = 0.01
 def default_demo_4(request):
     """(precision, table (g)) of demo 4 at its defaults in one forward precision: one run each,
     shared by this module's claims tests."""
-    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main,
-                              ["--demo", "4", "--precision", request.param])
-    return request.param, results["demo4"]["table"]
+    return request.param, frontier_default_run(4, request.param)
 
 
 def _notes_section_11_5():
@@ -187,24 +181,18 @@ def _notes_section_11_5():
 @pytest.mark.slow
 @pytest.mark.claims
 def test_each_rows_delta_lies_in_the_notes_range_of_its_precision(default_demo_4):
-    from conftest import notes_row
     precision, table = default_demo_4
-    rows = list(table.items())[1:]                                # AdamW is the baseline of Δ
-    assert len(rows) == 4
-    for label, (row, _, (delta, *_)) in rows:
-        lo, hi = _range(notes_row(_notes_section_11_5(), label)[f"Δ {precision}（5 组种子）"])
-        assert lo - TOL <= delta <= hi + TOL, (precision, label, delta)
+    assert_deltas_in_notes_ranges(_notes_section_11_5(), precision, table, 4, TOL)     # AdamW: the baseline
 
 
 @pytest.mark.slow
 @pytest.mark.claims
 def test_the_paired_differences_lie_in_the_notes_ranges_of_their_precision(default_demo_4):
-    from conftest import notes_row
     precision, table = default_demo_4
     labels = list(table)
     int8, sparse, control = labels[2], labels[3], labels[4]
     for name, (a, b) in (("SparseLoCo 减 int8 DiLoCo", (sparse, int8)), ("值用 fp32 减 int8 DiLoCo", (control, int8)),
                          ("SparseLoCo 减 值用 fp32", (sparse, control))):
         [diff] = sr._pair(table, a, b)
-        lo, hi = _range(notes_row(_notes_section_11_5(), name)[f"{precision}（5 组种子）"])
+        lo, hi = notes_range(notes_row(_notes_section_11_5(), name)[f"{precision}（5 组种子）"])
         assert math.isfinite(diff) and lo - TOL <= diff <= hi + TOL, (precision, name, diff)

@@ -208,11 +208,6 @@ def _notes_rows(first_cells):
                                           for line in section.splitlines() if line.startswith(first_cells))}
 
 
-def _range(cell):
-    lo, hi = (float(x) for x in cell.split(".."))
-    return lo, hi
-
-
 ROWS = ("| DiLoCo，", "| 全体平均（", "| gossip，")
 
 
@@ -287,34 +282,28 @@ TOL, SPREAD_TOL = 0.01, 0.002
 def default_demo_5(request):
     """(precision, table (i)) of demo 5 at its defaults in one forward precision: one run each,
     shared by this module's claims tests."""
-    from conftest import LECTURE09, load_script, main_quietly
-    results, _ = main_quietly(load_script(LECTURE09 / "11_frontier.py").main,
-                              ["--demo", "5", "--precision", request.param])
-    return request.param, results["demo5"]["table"]
+    from conftest import frontier_default_run
+    return request.param, frontier_default_run(5, request.param)
 
 
 @pytest.mark.slow
 @pytest.mark.claims
 def test_each_rows_delta_lies_in_the_notes_range_of_its_precision(default_demo_5):
-    from conftest import notes_row
+    from conftest import assert_deltas_in_notes_ranges
     precision, table = default_demo_5
-    rows = list(table.items())[1:]                                # AdamW is the baseline of Δ
-    assert len(rows) == 3
-    for label, (row, _, (delta, *_)) in rows:
-        lo, hi = _range(notes_row(_notes_section(), label)[f"Δ {precision}（5 组种子）"])
-        assert lo - TOL <= delta <= hi + TOL, (precision, label, delta)
+    assert_deltas_in_notes_ranges(_notes_section(), precision, table, 3, TOL)          # AdamW: the baseline
 
 
 @pytest.mark.slow
 @pytest.mark.claims
 def test_the_paired_differences_lie_in_the_notes_ranges_of_their_precision(default_demo_5):
-    from conftest import notes_row
+    from conftest import notes_range, notes_row
     from lecture09.compress import gossip_report as gr
     precision, table = default_demo_5
     diloco, control, gos = list(table)[1:]
     for name, (a, b) in (("gossip 减 全体平均", (gos, control)), ("全体平均 减 DiLoCo", (control, diloco))):
         [diff] = gr._pair(table, a, b)
-        lo, hi = _range(notes_row(_notes_section(), name)[f"{precision}（5 组种子）"])
+        lo, hi = notes_range(notes_row(_notes_section(), name)[f"{precision}（5 组种子）"])
         assert lo - TOL <= diff <= hi + TOL, (precision, name, diff)
 
 
@@ -322,12 +311,12 @@ def test_the_paired_differences_lie_in_the_notes_ranges_of_their_precision(defau
 @pytest.mark.claims
 def test_the_spread_after_an_exchange_is_the_notes_fp32_figure(default_demo_5):
     """Gossip's spread lies in its range; the full average's is the notes' "0.0000" as printed."""
-    from conftest import notes_row
+    from conftest import notes_range, notes_row
     precision, table = default_demo_5
     if precision != "fp32":
         pytest.skip("the notes quote the spread in fp32 only")
     _, control, gos = list(table)[1:]
-    lo, hi = _range(notes_row(_notes_section(), gos)["交换后散布 fp32"])
+    lo, hi = notes_range(notes_row(_notes_section(), gos)["交换后散布 fp32"])
     assert lo - SPREAD_TOL <= table[gos][1][0].spread[1] <= hi + SPREAD_TOL, (gos, table[gos][1][0].spread)
     quoted = re.match(r"\d+\.\d+", notes_row(_notes_section(), control)["交换后散布 fp32"]).group()
     assert f"{table[control][1][0].spread[1]:.{len(quoted.split('.')[1])}f}" == quoted, (control, quoted)
