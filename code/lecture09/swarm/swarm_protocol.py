@@ -33,7 +33,7 @@ nothing here imports torch at module level (the payload check imports it when ca
 Before check 3, a client address with too many wrong tokens lately is refused at once
 (AuthThrottle: 429 too_many_failures, with Retry-After). Check 0 runs for every request;
 checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
-before reading the body); 6 and 7 run in swarm_server.ParameterServer.submit.
+before reading the body); 6, 7 and 8 run in swarm_server.ParameterServer.submit.
 
 Every refusal carries a machine-readable `code` (REFUSALS below); a worker decides what
 to do next from the code, never from the wording of the message.

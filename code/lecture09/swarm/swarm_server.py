@@ -182,9 +182,9 @@ class ParameterServer:
                     self._saw(upload.worker_id)   # alive, and late: expected from now on
                 raise
         # Decoding is the slow part; it runs outside the lock, on a private copy.
-        check_format(upload.compression, self.config.compression)
         dense = check_payload(body, self.shapes, upload.compression,
                               self.config.topk_ratio if self.config.compression is not None else None)
+        check_format(upload.compression, self.config.compression)
         dense, norm = clipped(dense, self.config.upload_clip_norm)
         with self.changed:
             self._admit(upload)   # again: the version may have moved while we decoded
