@@ -386,5 +386,5 @@ def print_server_checks(rows, valid):
         print(line)
     first, second, applied, before, after, health = valid
     outcome = "成功 succeeded" if (first, second, applied) == (200, 200, True) and after == before + 1 else "失败 FAILED"
-    print_wrapped(f"之后一轮有效上传 then a valid round（topk + topk-int8）：{first}, {second}，"
+    print_wrapped(f"之后一轮有效上传 then a valid round（两份 topk two topk uploads）：{first}, {second}，"
                   f"版本 version {before} -> {after}，health {health}：{outcome}。")
