@@ -111,6 +111,24 @@ def test_the_default_run_gives_every_worker_its_own_token(monkeypatch):
     assert len({t for _, t in config.worker_tokens}) == len(config.worker_tokens)
 
 
+def test_each_swarm_of_the_default_run_takes_only_its_own_format(monkeypatch):
+    """Check 8 under code 6's defaults: every swarm of the default run is told its row's wire
+    format and the workers' top-k ratio (not the 'any format' of ServerConfig's default), so
+    the tiny upload's bound below holds in the run a student starts."""
+    from conftest import LECTURE09, load_script
+    code6 = load_script(LECTURE09 / "06_swarm_http.py")
+    seen = []
+
+    def record(workers, server_config, worker_config, *rest, **kw):
+        seen.append((server_config.compression, server_config.topk_ratio, worker_config.compression,
+                     worker_config.topk_ratio))
+        raise Rejection("not_found", "stop after recording")     # any exception ends the run
+    monkeypatch.setattr(code6, "run_swarm", record)
+    with pytest.raises(Rejection):
+        code6.main(["--quick", "--modes", "none"])       # not the --compression default: each row's own
+    assert seen == [("none", 0.01, "none", 0.01)]
+
+
 # --- the server's aggregator and its quorum ---------------------------------------------
 
 def test_round_floor_follows_the_aggregator():
