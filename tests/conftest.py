@@ -92,13 +92,18 @@ def notes_section(path, heading_prefix):
     return "\n".join(lines[start:end])
 
 
+def table_cells(line):
+    """The stripped cells of one Markdown table line ("| a | b |" -> ["a", "b"])."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
 def notes_row(section, first_cell):
     """{header cell: cell} of the Markdown table row of `section` whose first cell is
     first_cell, read under its own table's header (so a test names a column, not a position)."""
     lines = section.splitlines()
     header = None
     for i, line in enumerate(lines):
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         if not line.startswith("|") or re.match(r"\|\s*:?-", line):
             continue
         if i + 1 < len(lines) and re.match(r"\|\s*:?-", lines[i + 1]):

@@ -147,6 +147,9 @@ def test_table_i_observations_follow_the_numbers():
     lines = gr.table_i_observations(worse, 4)
     assert "平均每步每个参数都发 0.1333 字节" in lines[0] and "2(W − 1)/W = 1.50 倍（W = 4）" in lines[0]
     assert "W = 2 时环形 all-reduce 每人也只发一份" in gr.table_i_observations(worse, 2)[0]
+    # unequal bytes (a row counted another way) are printed side by side, not called equal
+    words = gr.bytes_words("gossip", "全体平均", 0.1333, 0.2, 4)
+    assert words.startswith("字节：「gossip」平均每步每个参数发 0.1333 字节，「全体平均」发 0.2000") and "都发" not in words
     assert "+0.1000，各种子 +0.1000..+0.1000（更差）" in lines[1]
     assert "交换后还有 0.0100，是交换前（0.0400）的 25%" in lines[2] and "交换后是 0.0000" in lines[2]
     same = _table([[1.5], [1.9], [2.0], [2.005]], [(), (), (0.03, 0.0), (0.04, 0.01)])

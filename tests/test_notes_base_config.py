@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 from lecture01 import tiny_gpt
 
 pytestmark = pytest.mark.smoke
@@ -27,7 +27,7 @@ def rows():
     """{field: (default cell, why cell)} in the table's order."""
     out = {}
     for line in section().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         field = re.fullmatch(r"`(\w+)`", cells[0])
         if line.startswith("|") and field:
             out[field.group(1)] = (cells[1], cells[2])

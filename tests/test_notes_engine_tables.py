@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import LECTURE09, ROOT, load_script, notes_section
+from conftest import LECTURE09, ROOT, load_script, notes_section, table_cells
 
 pytestmark = pytest.mark.smoke
 
@@ -16,7 +16,7 @@ NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 
 def row(section, first_cell):
     line = next(line for line in section.splitlines() if line.startswith(f"| {first_cell}"))
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    return table_cells(line)
 
 
 def test_section_9_parts_table_says_what_code_9_uses():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, load_script
+from conftest import ROOT, load_script, table_cells
 
 pytestmark = pytest.mark.smoke
 
@@ -37,10 +37,6 @@ SCRIPT = re.compile(r"code/lecture\d\d/\d\d_\w+\.py")
 FLAG_SPAN = re.compile(r"`(--[a-z0-9-]+)([^`]*)`")
 
 
-def cells(line):
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
 def tables(path):
     """[(line number, section heading, text before the table in its section, header, rows)]."""
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -52,8 +48,8 @@ def tables(path):
             end = i + 2
             while end < len(lines) and lines[end].startswith("|"):
                 end += 1
-            found.append((i + 1, heading, "\n".join(lines[heading_at:i]), cells(lines[i]),
-                          [cells(line) for line in lines[i + 2:end]]))
+            found.append((i + 1, heading, "\n".join(lines[heading_at:i]), table_cells(lines[i]),
+                          [table_cells(line) for line in lines[i + 2:end]]))
             i = end
             continue
         i += 1

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 from lecture01.fm_world import build_world
 
 pytestmark = pytest.mark.smoke
@@ -19,7 +19,7 @@ def split_rows():
     """{row name: (documents, characters, MB) cells} of the table under the heading."""
     rows = {}
     for line in notes_section(NOTES, "### 训练集和验证集").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         if line.startswith("|") and len(cells) == 4 and re.fullmatch(r"\d+", cells[1]):
             rows[cells[0]] = tuple(cells[1:])
     return rows

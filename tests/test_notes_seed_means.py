@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 
 NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
 NONE = "不压缩（fp32）"
@@ -28,7 +28,7 @@ QUOTE = re.compile(r"≈([+-]?\d+\.\d+)（([+-]?\d+\.\d+)(?:–|\.\.)([+-]?\d+\.
 
 def _rows():
     """§5.7's table rows as lists of cells."""
-    return [[c.strip() for c in line.strip().strip("|").split("|")]
+    return [table_cells(line)
             for line in notes_section(NOTES, "### 5.7").splitlines()
             if line.startswith("|") and not line.startswith("|---")]
 

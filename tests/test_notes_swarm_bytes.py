@@ -11,7 +11,7 @@ The last column (trained bpc) is the claims test's (tests/test_claims.py)."""
 import pytest
 import torch
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 from lecture01.tiny_gpt import make_model
 from lecture09.compress.compression import PayloadErrorFeedback, WIRE_MODES, payload_tensor_bytes, payload_to_bytes
 from lecture09.lecture_model import MODEL_CONFIG
@@ -29,7 +29,7 @@ def table_1_rows():
     table = notes_section(NOTES, "## 6 ").split(TABLE_1_HEADER)[1].split("\n\n")[0]
     rows = {}
     for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         if line.startswith("| ") and not line.startswith("|---"):
             rows[cells[0]] = cells[1:6]
     return rows

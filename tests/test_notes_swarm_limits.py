@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 from lecture09.swarm import swarm_checkpoint, swarm_http, swarm_protocol, swarm_server, swarm_worker
 from lecture09.swarm.swarm_protocol import REFUSALS, ServerConfig, WorkerConfig
 
@@ -67,7 +67,7 @@ EXEMPT = {("服务器收到 SIGTERM", "0"): "退出码 0: success, the usual exi
 def table(heading):
     """[[cell, ...]] of the first table in a section, header and separator left out."""
     lines = [line for line in notes_section(NOTES, heading).splitlines() if line.startswith("|")]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
+    return [table_cells(line) for line in lines[2:]]
 
 
 def read(text, pattern, expected):

@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 
-from conftest import ROOT, notes_section
+from conftest import ROOT, notes_section, table_cells
 from lecture09.compress import compression
 from lecture09.compress.compression_schemes import parts_bytes, topk_count
 
@@ -33,7 +33,7 @@ def mode_rows():
     """{mode: (keys cell, bytes cell)} of the table whose first column is `X-Compression`."""
     rows = {}
     for line in section().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         mode = re.fullmatch(r"`([a-z0-9-]+)`", cells[0])
         if line.startswith("|") and mode and len(cells) == 3:
             rows[mode.group(1)] = (cells[1], cells[2])
