@@ -32,11 +32,17 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (i)：和「全体平均」（只差交换方式的对照）、DiLoCo、每步通信的 AdamW 在同样种子上比：字节/参数，
         Δ bits/字符，副本之间的散布（交换前、交换后）。
       表 (j)：一次交换放到演示 1 的慢网络上：只等自己这一对，和一轮等最慢的一对，各要几秒。
+    演示 7（demo 7，要 --demo 7 或 --demo all）：异步 local SGD（Liu et al. 2024）：工作者有快有慢，各自走完 H 步
+      就把伪梯度发给服务器，服务器收到一个就更新一次（延迟的 Nesterov：动量攒够 W 个到达才动一次），谁也不等谁。
+      表 (l)：和它们各自的同步对照（DiLoCo、全体平均）在同样种子上比：Δ bits/字符，陈旧，训练完要多少时间单位。
+      表 (m)：一次交换放到演示 1 的慢网络上：同步的环形 all-reduce 人人等，异步只等自己到服务器的一条链路。
 
 对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 五个演示，时间见 README
+    python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README
+    python3 code/lecture09/11_frontier.py --demo 7 --slowest 4   # 异步 local SGD，最慢的工作者慢 4 倍
+    python3 code/lecture09/11_frontier.py --demo all         # 所有演示
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
@@ -45,10 +51,11 @@ largest term of demo 1's table: compressing the pipeline's activations.
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
-需要 (needs): torch（表 (a)、(c)、(e)、(g)、(i) 训练小 GPT）；表 (b)、(d)、(f)、(h)、(j) 是纯算术，在任何机器上
-逐位相同。表 (a) 的误差、表 (c)、(e)、(g)、(i) 的 bits/字符 和散布来自训练，随 CPU 和种子变；字节只取决于形状、
-块大小、片数和 k。演示 2–5 的训练在 --jobs 个进程里，和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，
-演示 2、4、5 的 DiLoCo）只训练一次（6 + 3 + 3 + 2 次）。用时打印到 stderr。
+需要 (needs): torch（表 (a)、(c)、(e)、(g)、(i)、(l) 训练小 GPT）；表 (b)、(d)、(f)、(h)、(j)、(m) 是纯算术，在任何
+机器上逐位相同。表 (a) 的误差、表 (c)、(e)、(g)、(i)、(l) 的 bits/字符 和散布来自训练，随 CPU 和种子变；字节只取决于
+形状、块大小、片数和 k；表 (l) 的陈旧和时间只取决于 H、--slowest 和步数。演示 2–5、7 的训练在 --jobs 个进程里，
+和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，演示 2、4、5、7 的 DiLoCo，演示 5、7 的全体平均）只训练
+一次（演示 1-5：6 + 3 + 3 + 2 次；演示 7 再加 3 次）。用时打印到 stderr。
 """
 
 import sys
@@ -73,17 +80,24 @@ MAX_MICRO_BATCHES = 64
 DEFAULTS = dict(training_flags.DEFAULTS, warm_steps=60, gap_steps=10, block_size=256, sync_every=30, fragments=3,
                 overlap=1, alpha=0.0, outer_lr=0.7, outer_momentum=0.9,
                 topk_per_chunk=32, chunk=64, sign_lr=6e-3, momentum_decay=0.999,
-                sparse_topk=32, ef_decay=0.95, sparse_outer_lr=1.0)
+                sparse_topk=32, ef_decay=0.95, sparse_outer_lr=1.0, slowest=2.0)
 MAX_CHUNK = 1024      # a chunk of 1024 x 1024 coefficients: more than any tensor of the tiny GPT
 QUICK = dict(warm_steps=4, gap_steps=2, steps=12, sync_every=6)
+DEMOS = ("1", "2", "3", "4", "5", "7")
+CLASSROOM = ("1", "2", "3", "4", "5")       # the default run; demo 7 trains three more rows per seed
+
+
+def wanted(args, demo):
+    """Does this run show `demo`?"""
+    return args.demo in (demo, "all") or (args.demo == "1-5" and demo in CLASSROOM)
 
 
 def parse_args(argv=None):
     s = ScheduleSetup()
     p = Parser(description="第 9 讲代码 11：少通信训练的前沿 (lecture 9 code 11: the frontier)",
                epilog="例 example: --global-batch 512；--gap-steps 1；--network aws-world")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "all"), default="all",
-                   help="跑哪个演示 which demo (default all)")
+    p.add_argument("--demo", choices=DEMOS + ("1-5", "all"), default="1-5",
+                   help="跑哪个演示 which demo；1-5 是课堂上的一次运行，all 再加上演示 6、7 (default %(default)s)")
     p.add_argument("--quick", action="store_true",
                    help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
@@ -136,13 +150,16 @@ def parse_args(argv=None):
                     help="误差反馈的衰减 β error-feedback decay (default %(default)s)")
     gs.add_argument("--sparse-outer-lr", type=float_in(0, 10, low_open=True), default=DEFAULTS["sparse_outer_lr"],
                     help="SparseLoCo 外层的学习率 α，没有动量 outer learning rate (default %(default)s)")
+    g7 = p.add_argument_group("演示 7 异步 local SGD（表 (l)、(m)；H 用 --sync-every，外层用 --outer-lr、--outer-momentum）")
+    g7.add_argument("--slowest", type=float_in(1, 100), default=DEFAULTS["slowest"],
+                    help="最慢的工作者一步的时间是最快的几倍，其余均匀分布 slowest worker's step time (default %(default)s)")
     training_flags.add_training_arguments(gc, DEFAULTS)
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
     if args.global_batch < s.n_replicas or (args.second_batch and args.second_batch < s.n_replicas):
         p.error(f"a global batch must give each of the {s.n_replicas} replicas at least one sequence")
-    if args.demo in ("2", "all"):
+    if wanted(args, "2"):
         if args.sync_every % args.fragments or args.sync_every < args.fragments:
             p.error(f"--sync-every {args.sync_every} must be a multiple of --fragments {args.fragments}")
         if args.overlap >= args.sync_every // args.fragments:
@@ -279,22 +296,42 @@ def demo5(args, train, rows, results_iter):
     return {"table": table, "price": price, "priced": priced, "observations": observations}
 
 
+def demo7(args, train, rows, results_iter):
+    """Tables (l) and (m) and their observations."""
+    from lecture09.compress import async_report as report
+    from lecture09.schedule import gossip_pricing
+
+    print_header("演示 7：异步 local SGD——服务器收到一个伪梯度就更新，谁也不等谁；延迟的 Nesterov")
+    h = args.sync_every
+    table = report.collect(rows, results_iter, args.seeds)
+    report.print_table_l(train, table, h, args.slowest, args.seeds, print_wrapped)
+    print()
+    price, all_reduce_s, plain_s, setup = gossip_pricing.price_server(4.0)
+    priced = report.price_rows(price, all_reduce_s, h)
+    report.print_table_m(priced, setup, plain_s, print_wrapped)
+    observations = (report.table_l_observations(table, train.steps, args.slowest)
+                    + report.table_m_observations(priced, price))
+    print_observations(observations)
+    return {"table": table, "price": price, "priced": priced, "observations": observations}
+
+
 def main(argv=None):
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None
-    trained = {"2": demo2, "3": demo3, "4": demo4, "5": demo5}
-    shown = [d for d in trained if args.demo in (d, "all")]
+    trained = {"2": demo2, "3": demo3, "4": demo4, "5": demo5, "7": demo7}
+    shown = [d for d in trained if wanted(args, d)]
     if shown:
         from lecture01 import tiny_gpt
-        from lecture09.compress import (compressed_dp, decoupled_report, gossip_report, sparseloco_report,
-                                        streaming_report)
+        from lecture09.compress import (async_report, compressed_dp, decoupled_report, gossip_report,
+                                        sparseloco_report, streaming_report)
         tiny_gpt.use_deterministic_threads()
         train = train_setup(args)
         rows = {"2": lambda: streaming_report.build_rows(args.sync_every, args.fragments, args.overlap),
                 "3": lambda: decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio),
                 "4": lambda: sparseloco_report.build_rows(args.sync_every, args.sparse_topk, args.chunk),
-                "5": lambda: gossip_report.build_rows(args.sync_every)}
+                "5": lambda: gossip_report.build_rows(args.sync_every),
+                "7": lambda: async_report.build_rows(args.sync_every, args.slowest)}
         rows = {d: rows[d]() for d in shown}
         seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
         # a run two demos share (every-step AdamW; demo 2's, 4's and 5's DiLoCo) is trained once
@@ -304,10 +341,10 @@ def main(argv=None):
                                                           args.jobs)
         arrivals = compressed_dp.Arrivals(runs, results_iter, args.seeds)
     try:
-        if args.demo in ("1", "all"):
+        if wanted(args, "1"):
             results["demo1"] = demo1(args, setup)
         for i, d in enumerate(shown):
-            if i or args.demo == "all":
+            if i or wanted(args, "1"):
                 print()
             results["demo" + d] = trained[d](args, train, rows[d], arrivals.for_rows(rows[d]))
     finally:

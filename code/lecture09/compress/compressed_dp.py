@@ -22,8 +22,8 @@ import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
 from lecture01.cli_args import sigint_ignored
-from lecture09.compress import (decoupled_momentum, gloo_dp, gossip, local_sgd, onebit_adam, run_progress,
-                                sparseloco, streaming_diloco)
+from lecture09.compress import (async_local_sgd, decoupled_momentum, gloo_dp, gossip, local_sgd, onebit_adam,
+                                run_progress, sparseloco, streaming_diloco)
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
     COLLECTIVE_SCHEMES, world_tokens, WorkerCompression, make_aggregator, worker_gradients,
@@ -38,7 +38,8 @@ VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seed
             "streaming-diloco": streaming_diloco.train,      # Run.param = (H, fragments, τ)
             "demo": decoupled_momentum.train,                # Run.param = (top-k per chunk, chunk)
             "sparseloco": sparseloco.train,                  # Run.param = (H, top-k per chunk, chunk, bits)
-            "gossip": gossip.train}                          # Run.param = (H, "all" or "gossip")
+            "gossip": gossip.train,                          # Run.param = (H, "all" or "gossip")
+            "async-local-sgd": async_local_sgd.train}        # Run.param = (H, "nesterov" or "delayed", slowest)
 
 
 def train_run(run, seeds, setup):

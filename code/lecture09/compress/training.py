@@ -126,6 +126,7 @@ class RunResult:
     losses: tuple = ()          # training loss per step (the loss-curve chart)
     peak_bytes_per_element: float = None   # the most one worker sends in one step (streaming_diloco)
     spread: tuple = ()          # the replicas' spread before and after an exchange (gossip)
+    timing: tuple = ()          # (time units to the last arrival, mean and largest staleness) (async_local_sgd)
 
 
 class Diverged(Exception):

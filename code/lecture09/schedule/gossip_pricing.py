@@ -12,6 +12,10 @@ latency[d][e] + c / bandwidth[d][e] for c = one stage's parameters in the row's 
     round          everyone waits for the slowest pair of the whole matching (a synchronous
                    round); its expectation over uniform, independent matchings per stage is
                    computed exactly, and its worst case is the slowest link inside a group
+
+Asynchronous local SGD (code 11, demo 7; §11.8) is priced on the same links: each stage's
+server sits on one replica of its group, and every other replica swaps with it (its
+pseudo-gradient up, the stage's model back) and waits for nobody else.
 """
 
 from dataclasses import dataclass
@@ -80,15 +84,53 @@ def price_groups(per_group):
                        len(times))
 
 
-def price_gossip(bytes_per_param, setup=None):
-    """(GossipPrice, all-reduce seconds of the same bytes by Eq. 2, one iteration's seconds
-    without a data-parallel exchange (compute + pipeline), setup) on demo 1's network and
-    proven-optimal layout."""
+def _layout(bytes_per_param, setup):
+    """Demo 1's network, proven-optimal layout, the stages' data-parallel groups (devices),
+    one stage's bytes, and the layout's cost breakdown."""
     s = setup or ScheduleSetup()
     geo, _ = build_networks(s)
     optimum = optimal_layout(geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes,
                              n_micro_batches=s.n_micro_batches)
     groups = [[optimum.assignment[(stage, r)] for r in range(s.n_replicas)] for stage in range(s.n_stages)]
     stage_bytes = s.n_params * bytes_per_param / s.n_stages
-    cost = s.layout_cost(geo, stage_bytes).breakdown(optimum.assignment)
+    return s, geo, groups, stage_bytes, s.layout_cost(geo, stage_bytes).breakdown(optimum.assignment)
+
+
+def price_gossip(bytes_per_param, setup=None):
+    """(GossipPrice, all-reduce seconds of the same bytes by Eq. 2, one iteration's seconds
+    without a data-parallel exchange (compute + pipeline), setup) on demo 1's network and
+    proven-optimal layout."""
+    s, geo, groups, stage_bytes, cost = _layout(bytes_per_param, setup)
     return price_groups(pair_seconds(geo, groups, stage_bytes)), cost["dp"], s.compute_s + cost["pp"], s
+
+
+@dataclass(frozen=True)
+class ServerPrice:
+    mean_s: float         # a replica's exchange with its stage's server: the mean over the replicas
+    min_s: float          # that are not the server (the server's own replica exchanges nothing)
+    max_s: float
+    n_links: int          # replicas that exchange over a link, all stages
+
+
+def price_servers(per_group):
+    """A ServerPrice from pair_seconds' output: each stage's server sits on the replica of its
+    group whose mean exchange time to the others is least (the lower device on a tie)."""
+    times = []
+    for pairs in per_group:
+        devices = sorted({d for pair in pairs for d in pair})
+        if len(devices) < 2:
+            continue
+        links = {h: [pairs[tuple(sorted((h, d)))] for d in devices if d != h] for h in devices}
+        times += links[min(devices, key=lambda h: (sum(links[h]) / len(links[h]), h))]
+    if not times:
+        raise ValueError("no links: an asynchronous exchange needs at least 2 replicas per stage")
+    return ServerPrice(sum(times) / len(times), min(times), max(times), len(times))
+
+
+def price_server(bytes_per_param, setup=None):
+    """(ServerPrice, all-reduce seconds of the same bytes by Eq. 2, one iteration's seconds
+    without a data-parallel exchange, setup): asynchronous local SGD on demo 1's network, a
+    replica sending its stage's pseudo-gradient to the server while the server sends the
+    stage's model back, one message each way on one link, as a gossip pair."""
+    s, geo, groups, stage_bytes, cost = _layout(bytes_per_param, setup)
+    return price_servers(pair_seconds(geo, groups, stage_bytes)), cost["dp"], s.compute_s + cost["pp"], s
