@@ -2,6 +2,7 @@
 returns within 100 columns, every cell from its run; the observations on each branch, from
 hand-made tables; the demo is opt-in (not in the classroom run); bad flags."""
 
+import re
 import subprocess
 import sys
 
@@ -32,10 +33,12 @@ def test_a_short_run_prints_what_it_returns(short_run):
     for label, (row, runs, deltas) in table.items():
         assert label in out and f"{runs[0].bpc:.4f}" in out
         if row.twin is not None:                      # 4 bytes per arrival: 8 arrivals / 4 workers / 8 steps
-            assert runs[0].bytes_per_element == pytest.approx(1.0)
+            assert runs[0].bytes_per_element == pytest.approx(1.0) and runs[0].peak_bytes_per_element == 4.0
+            assert re.search(re.escape(label) + r" +1\.0000/4 ", out)
             assert runs[0].timing[0] < synchronous_time(8, 2.0)
-            pair = runs[0].bpc - table[row.twin][1][0].bpc
-            assert f"{pair:+.4f}" in out
+            if row.run.param[1] != "nesterov":        # the observations pair these two with their twins
+                pair = runs[0].bpc - table[row.twin][1][0].bpc
+                assert f"{pair:+.4f}" in out
     for r in demo["priced"]:
         assert f"{r.exchange_s:.2f}" in out and f"{r.per_step_s:.2f}" in out
     for line in demo["observations"]:
@@ -58,7 +61,7 @@ def test_the_synchronous_rows_are_demo_5s_runs():
 
 def _result(label, bpc, seed=0, timing=()):
     return cdp.RunResult(run=cdp.Run(label, "x", "none"), seeds=cdp.Seeds(seed, seed + 1), bpc=bpc,
-                         bytes_per_element=0.1333, zeroed_fraction=0.0, diverged=bpc != bpc, steps_done=300,
+                         bytes_per_element=4.0 if label.startswith("AdamW") else 0.1333, zeroed_fraction=0.0, diverged=bpc != bpc, steps_done=300,
                          seconds=1.0, timing=timing)
 
 
@@ -81,7 +84,7 @@ def test_observations_when_the_async_rows_finish_sooner_and_momentum_costs_more(
     lines = ar.table_l_observations(table, 300, 2.0)
     assert lines[0].startswith("时间：异步的行 450 个时间单位就训练完，同步的行要 600（75%）")
     assert "平均 2.85，最多 5" in lines[0]
-    assert "「异步：延迟的 Nesterov」比「异步：每次到达一步 Nesterov」：-3.9500，各种子 -4.4000..-3.5000（更好）" in lines[1]
+    assert "「异步：延迟的 Nesterov」比「异步：Nesterov 每次到达」：-3.9500，各种子 -4.4000..-3.5000（更好）" in lines[1]
     assert "比「同步：DiLoCo，每 30 步」：+0.6500，各种子 +0.6000..+0.7000（更差）" in lines[2]
     assert "「异步：没有动量」比「同步：全体平均，每 30 步」：+0.0550，各种子 +0.0500..+0.0600（更差）" in lines[3]
     assert lines[4].startswith("异步的代价：DiLoCo 的外层步（lr、动量）下比没有动量、lr 1 时大 +0.5500..+0.6400（每组种子都大）")
@@ -101,7 +104,7 @@ def test_observations_when_a_row_diverged_or_momentum_costs_less():
     table = _table({"adamw": [1.6], "diloco": [1.9], "all": [1.8], "nesterov": [nan], "delayed": [1.8],
                     "async-all": [2.0]})
     lines = ar.table_l_observations(table, 300, 2.0)
-    assert lines[1] == "「异步：延迟的 Nesterov」比「异步：每次到达一步 Nesterov」：有一行发散了（或它的对照发散了），没有配对差"
+    assert lines[1] == "「异步：延迟的 Nesterov」比「异步：Nesterov 每次到达」：有一行发散了（或它的对照发散了），没有配对差"
     assert lines[4] == "异步的代价：DiLoCo 的外层步下比没有动量、lr 1 时小 +0.3000"
     table = _table({"adamw": [1.6], "diloco": [nan], "all": [1.8], "nesterov": [2.0], "delayed": [1.8],
                     "async-all": [2.0]})
@@ -133,3 +136,16 @@ def test_bad_demo_7_flags_are_one_line_and_status_2(argv):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_table_l_fits_100_columns_with_ten_seeds_and_wide_cells(capsys):
+    from lecture01.console import display_width, print_wrapped
+    from lecture09.compress.compressed_dp import TrainSetup
+    seeds = range(10)
+    table = _table({"adamw": [1.6] * 10, "diloco": [1.9] * 10, "all": [1.8] * 10,
+                    "nesterov": [16.0 + k for k in seeds], "delayed": [-10.0 - k for k in seeds],
+                    "async-all": [1.85] * 10}, time=123456.0, stale=(12.34, 123))
+    capsys.readouterr()
+    ar.print_table_l(TrainSetup(), table, 30, 100.0, 10, print_wrapped)
+    wide = [line for line in capsys.readouterr().out.splitlines() if display_width(line) > 100]
+    assert not wide, wide

@@ -99,6 +99,12 @@ SWEEPS = {
         # gossip: an exchange every step; H beyond the steps (one exchange at the end)
         ["--demo", "5", "--steps", "2", "--sync-every", "1", "--seeds", "2", "--jobs", "1"],
         ["--demo", "5", "--steps", "3", "--sync-every", "64", "--jobs", "1"],
+        # asynchronous local SGD: equally fast workers; the slowest 100 times slower, an arrival
+        # every step; H beyond the steps (one round each) with the largest outer lr, no momentum
+        ["--demo", "7", "--quick", "--slowest", "1", "--jobs", "1"],
+        ["--demo", "7", "--steps", "2", "--sync-every", "1", "--slowest", "100", "--seeds", "2", "--jobs", "1"],
+        ["--demo", "7", "--steps", "3", "--sync-every", "64", "--outer-lr", "10", "--outer-momentum", "0",
+         "--jobs", "1"],
     ],
 }
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]

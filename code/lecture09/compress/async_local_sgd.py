@@ -203,5 +203,5 @@ def train(run, seeds, setup):
                                FP32 * n * len(arrivals) / n_workers / max(1, steps_done), steps_done,
                                losses=state["losses"])
     stale = [a.staleness for a in arrivals]
-    return dataclasses.replace(result, timing=(arrivals[-1].time if arrivals else 0.0,
-                                               sum(stale) / max(1, len(stale)), max(stale, default=0)))
+    timing = (arrivals[-1].time if arrivals else 0.0, sum(stale) / max(1, len(stale)), max(stale, default=0))
+    return dataclasses.replace(result, peak_bytes_per_element=float(FP32), timing=timing)

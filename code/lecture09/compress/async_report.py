@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lecture01.console import print_table
 from lecture09.compress import compressed_dp as cdp
 from lecture09.compress import gossip_report
-from lecture09.compress.async_local_sgd import synchronous_time, step_times
+from lecture09.compress.async_local_sgd import FP32, synchronous_time, step_times
 from lecture09.compress.decoupled_report import collect, delta_cell, _signed  # noqa: F401  (collect: re-exported)
 
 WORDS = gossip_report.WORDS
@@ -37,7 +37,7 @@ def build_rows(h, slowest):
     return [AsyncRow(adamw.run, adamw.label), AsyncRow(diloco.run, diloco_label),
             AsyncRow(average.run, average_label),
             AsyncRow(Run(f"Async Nesterov H{h} s{slowest:g}", "async-local-sgd", "none", param=(h, "nesterov", slowest)),
-                     "异步：每次到达一步 Nesterov", diloco_label),
+                     "异步：Nesterov 每次到达", diloco_label),
             AsyncRow(Run(f"Async DN H{h} s{slowest:g}", "async-local-sgd", "none", param=(h, "delayed", slowest)),
                      "异步：延迟的 Nesterov", diloco_label),
             AsyncRow(Run(f"Async avg H{h} s{slowest:g}", "async-local-sgd", "none", param=(h, "average", slowest)),
@@ -68,23 +68,32 @@ def print_table_l(setup, table, h, slowest, n_seeds, out):
     out(f"(l) 小 GPT，{t.n_workers} 个工作者，一共 {t.steps} × {t.n_workers} 个内层步（和 DiLoCo 一样多），每步 "
         f"{t.recipe.batch_size // t.n_workers} 个序列，前向 {t.precision}。工作者一步要 {times} 个时间单位；"
         f"走完 {h} 步把伪梯度发给服务器，服务器收到一个就更新一次，工作者再取回新模型接着训练，谁也不等谁。"
-        f"每次到达一步 Nesterov：lr {t.outer_lr:g}/{t.n_workers}，动量 {t.outer_momentum:g}；延迟的 Nesterov："
+        f"Nesterov 每次到达：一步 lr {t.outer_lr:g}/{t.n_workers}，动量 {t.outer_momentum:g}；延迟的 Nesterov："
         f"N = {t.n_workers}，lr {t.outer_lr:g}，动量 {t.outer_momentum:g}（和 DiLoCo 一样）；没有动量：每次到达 "
-        f"θ 减去 g/{t.n_workers}。陈旧 = 一个伪梯度从取模型到送达之间，服务器用过的别人的伪梯度个数。时间 = 训练完要几个时间单位"
-        f"（同步的行每步都等最慢的工作者）。Δ = 这一行 − 同样种子的 AdamW；比同步 = 这一行 − 它的同步对照，平均"
-        f"（配对差，{n_seeds} 组种子；范围见观察）：")
+        f"θ 减去 g/{t.n_workers}。字节 = 每个工作者每步每个参数发出的字节，平均/峰值（一步里最多）。"
+        "陈旧 = 一个伪梯度从取模型到送达之间，服务器用过的别人的伪梯度个数，平均/最多。时间 = 训练完要几个时间单位"
+        f"（同步的行每步都等最慢的工作者）。Δ = 这一行 − 同样种子的 AdamW，平均（配对差，{n_seeds} 组种子"
+        + ("" if n_seeds == 1 else "，括号里是范围") + "）；异步的行和它的同步对照之差见观察：")
     rows = []
     for label, (row, results, deltas) in table.items():
         bpcs = [r.bpc for r in results if math.isfinite(r.bpc)]
         base = row.run.optimizer == "adamw"
-        own = row.twin is not None
-        rows.append((label, f"{results[0].bytes_per_element:.4f}", f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散",
-                     "—" if base else delta_cell(deltas, n_seeds),
-                     delta_cell(_pair(table, label, row.twin), 1) if own else "—",
-                     f"{_mean([r.timing[1] for r in results]):.2f}" if own else "0",
-                     f"{max(r.timing[2] for r in results)}" if own else "0",
-                     f"{row_time(row, results, t.steps, slowest):g}"))
-    print_table(["做法", "字节", "bits/字符", "Δ", "比同步", "陈旧 平均", "最大", "时间"], rows)
+        rows.append((label, f"{results[0].bytes_per_element:.4f}/{peak_bytes(row, results[0]):g}",
+                     f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散", "—" if base else delta_cell(deltas, n_seeds),
+                     _stale_cell(results) if row.twin is not None else "0", f"{row_time(row, results, t.steps, slowest):g}"))
+    print_table(["做法", "字节", "bits/字符", "Δ", "陈旧", "时间"], rows)
+
+
+def peak_bytes(row, result):
+    """The most bytes per parameter one worker sends in one step: every-step AdamW sends the
+    same each step; DiLoCo, the full average and an arrival send one fp32 copy at once."""
+    if result.peak_bytes_per_element is not None:
+        return result.peak_bytes_per_element
+    return result.bytes_per_element if row.run.optimizer == "adamw" else FP32
+
+
+def _stale_cell(results):
+    return f"{_mean([r.timing[1] for r in results]):.2f}/{max(r.timing[2] for r in results)}"
 
 
 def _labels(table):
