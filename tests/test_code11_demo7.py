@@ -48,7 +48,7 @@ def test_a_short_run_prints_what_it_returns(short_run):
 def test_its_observations_are_recomputed_from_its_table(short_run):
     results, _ = short_run
     demo = results["demo7"]
-    assert demo["observations"] == (ar.table_l_observations(demo["table"], 8, 2.0)
+    assert demo["observations"] == (ar.table_l_observations(demo["table"], 8, 2.0, 0.7, 0.9)
                                     + ar.table_m_observations(demo["priced"], demo["price"]))
 
 
@@ -81,34 +81,41 @@ def _table(bpcs, time=450.0, stale=(2.85, 5)):
 def test_observations_when_the_async_rows_finish_sooner_and_momentum_costs_more():
     table = _table({"adamw": [1.6, 1.6], "diloco": [1.9, 1.9], "all": [1.8, 1.8], "nesterov": [6.0, 7.0],
                     "delayed": [2.5, 2.6], "async-all": [1.85, 1.86]})
-    lines = ar.table_l_observations(table, 300, 2.0)
+    lines = ar.table_l_observations(table, 300, 2.0, 0.7, 0.9)
     assert lines[0].startswith("时间：异步的行 450 个时间单位就训练完，同步的行要 600（75%）")
     assert "平均 2.85，最多 5" in lines[0]
     assert "「异步：延迟的 Nesterov」比「异步：Nesterov 每次到达」：-3.9500，各种子 -4.4000..-3.5000（更好）" in lines[1]
     assert "比「同步：DiLoCo，每 30 步」：+0.6500，各种子 +0.6000..+0.7000（更差）" in lines[2]
     assert "「异步：没有动量」比「同步：全体平均，每 30 步」：+0.0550，各种子 +0.0500..+0.0600（更差）" in lines[3]
-    assert lines[4].startswith("异步的代价：DiLoCo 的外层步（lr、动量）下比没有动量、lr 1 时大 +0.5500..+0.6400（每组种子都大）")
+    assert lines[4] == ("异步的代价：DiLoCo 那一对比没有动量的那一对大 +0.5500..+0.6400（每组种子都大）。两对的外层步差在 "
+                        "lr（0.7 和 1）、动量（0.9 和 0），哪一个造成的，这张表分不出来（加 --outer-lr 1，两对就只差动量；"
+                        "加 --outer-momentum 0，就只差 lr）")
+    only_momentum = ar.table_l_observations(table, 300, 2.0, 1.0, 0.9)[4]
+    assert only_momentum.endswith("两对的外层步只差 动量（0.9 和 0），这个差来自它")
+    only_lr = ar.table_l_observations(table, 300, 2.0, 0.7, 0.0)[4]
+    assert only_lr.endswith("两对的外层步只差 lr（0.7 和 1），这个差来自它")
+    assert ar.table_l_observations(table, 300, 2.0, 1.0, 0.0)[4].startswith("外层 lr 1、没有动量时，两对的外层步是同一个")
 
 
 def test_observations_when_the_workers_are_equally_fast_and_the_costs_cannot_be_told_apart():
     table = _table({"adamw": [1.6], "diloco": [1.9], "all": [1.8], "nesterov": [1.91], "delayed": [1.905],
                     "async-all": [1.8]}, time=300.0, stale=(3.0, 3))
-    lines = ar.table_l_observations(table, 300, 1.0)
+    lines = ar.table_l_observations(table, 300, 1.0, 0.7, 0.9)
     assert lines[0].startswith("时间：工作者一样快（--slowest 1），异步不省时间（都是 300 个时间单位），却照样陈旧：平均 3.00")
     assert "-0.0050（差不多）" in lines[1] and "+0.0050（差不多）" in lines[2] and "0.0000（差不多）" in lines[3]
-    assert lines[4] == "异步的代价在两种外层步下分不出大小（差在容差内，或种子之间不一致）"
+    assert lines[4] == "异步的代价在两对之间分不出大小（差在容差内，或种子之间不一致）"
 
 
 def test_observations_when_a_row_diverged_or_momentum_costs_less():
     nan = float("nan")
     table = _table({"adamw": [1.6], "diloco": [1.9], "all": [1.8], "nesterov": [nan], "delayed": [1.8],
                     "async-all": [2.0]})
-    lines = ar.table_l_observations(table, 300, 2.0)
+    lines = ar.table_l_observations(table, 300, 2.0, 0.7, 0.9)
     assert lines[1] == "「异步：延迟的 Nesterov」比「异步：Nesterov 每次到达」：有一行发散了（或它的对照发散了），没有配对差"
-    assert lines[4] == "异步的代价：DiLoCo 的外层步下比没有动量、lr 1 时小 +0.3000"
+    assert lines[4].startswith("异步的代价：DiLoCo 那一对比没有动量的那一对小 +0.3000。")
     table = _table({"adamw": [1.6], "diloco": [nan], "all": [1.8], "nesterov": [2.0], "delayed": [1.8],
                     "async-all": [2.0]})
-    lines = ar.table_l_observations(table, 300, 2.0)
+    lines = ar.table_l_observations(table, 300, 2.0, 0.7, 0.9)
     assert "没有配对差" in lines[2] and len(lines) == 4        # nothing to compare the two costs with
 
 

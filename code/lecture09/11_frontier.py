@@ -309,7 +309,7 @@ def demo7(args, train, rows, results_iter):
     price, all_reduce_s, plain_s, setup = gossip_pricing.price_server(4.0)
     priced = report.price_rows(price, all_reduce_s, h)
     report.print_table_m(priced, setup, plain_s, print_wrapped)
-    observations = (report.table_l_observations(table, train.steps, args.slowest)
+    observations = (report.table_l_observations(table, train.steps, args.slowest, train.outer_lr, train.outer_momentum)
                     + report.table_m_observations(priced, price))
     print_observations(observations)
     return {"table": table, "price": price, "priced": priced, "observations": observations}

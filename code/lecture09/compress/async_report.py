@@ -111,7 +111,7 @@ def _compare(table, a, b, tolerance, what):
     return (f"「{a}」比「{b}」：{_signed(sum(d) / n)}{spread}（{WORDS[cdp.verdict(d, tolerance)]}）。{what}", d)
 
 
-def table_l_observations(table, steps, slowest, tolerance=cdp.DELTA_TOLERANCE_BPC):
+def table_l_observations(table, steps, slowest, outer_lr, outer_momentum, tolerance=cdp.DELTA_TOLERANCE_BPC):
     naive, delayed, average = _labels(table)
     row, results, _ = table[delayed]
     t_async, t_sync = results[0].timing[0], synchronous_time(steps, slowest)
@@ -126,23 +126,46 @@ def table_l_observations(table, steps, slowest, tolerance=cdp.DELTA_TOLERANCE_BP
                      f"最多 {max(r.timing[2] for r in results)}")
     lines.append(_compare(table, delayed, naive, tolerance, "两行每次到达都让 θ 走 lr/W 倍的 g，只差动量："
                           "每次到达都更新、都用（N = 1），还是攒够 W 个到达才更新、才用一次（N = W）")[0])
-    text, with_momentum = _compare(table, delayed, row.twin, tolerance, "两行只差等不等")
+    text, with_momentum = _compare(table, delayed, row.twin, tolerance, "两行只差等不等（和取数据的顺序）")
     lines.append(text)
-    text, without = _compare(table, average, table[average][0].twin, tolerance, "两行只差等不等")
+    text, without = _compare(table, average, table[average][0].twin, tolerance, "两行只差等不等（和取数据的顺序）")
     lines.append(text)
-    both = list(zip(with_momentum, without))
-    if both and all(math.isfinite(a) and math.isfinite(b) for a, b in both):
-        gap = [a - b for a, b in both]
-        span = (lambda lo, hi: _signed(lo) if len(gap) == 1 else f"{_signed(lo)}..{_signed(hi)}")
-        if all(g > tolerance for g in gap):
-            lines.append(f"异步的代价：DiLoCo 的外层步（lr、动量）下比没有动量、lr 1 时大 {span(min(gap), max(gap))}"
-                         f"（{'每组种子都大' if len(gap) > 1 else '一组种子'}）。这两对之间外层的 lr 和动量都不同，哪一个造成的，"
-                         "这张表分不出来（加 --outer-lr 1，两对就只差动量；加 --outer-momentum 0，就只差 lr）")
-        elif all(g < -tolerance for g in gap):
-            lines.append(f"异步的代价：DiLoCo 的外层步下比没有动量、lr 1 时小 {span(-max(gap), -min(gap))}")
-        else:
-            lines.append("异步的代价在两种外层步下分不出大小（差在容差内，或种子之间不一致）")
+    lines += cost_words(with_momentum, without, outer_lr, outer_momentum, tolerance)
     return lines
+
+
+def what_differs(outer_lr, outer_momentum):
+    """What the DiLoCo pair's outer step has that the pair without momentum (lr 1, no
+    momentum) has not: its lr, its momentum, both, or nothing."""
+    parts = ([f"lr（{outer_lr:g} 和 1）"] if outer_lr != 1 else []) + \
+            ([f"动量（{outer_momentum:g} 和 0）"] if outer_momentum != 0 else [])
+    return "、".join(parts)
+
+
+def cost_words(with_momentum, without, outer_lr, outer_momentum, tolerance):
+    """The price of asynchrony under DiLoCo's outer step against the pair without momentum:
+    per seed, (delayed − DiLoCo) − (no momentum − full average); what it can be blamed on
+    follows from what differs between the pairs."""
+    both = list(zip(with_momentum, without))
+    if not both or not all(math.isfinite(a) and math.isfinite(b) for a, b in both):
+        return []
+    differs = what_differs(outer_lr, outer_momentum)
+    if not differs:
+        return [f"外层 lr 1、没有动量时，两对的外层步是同一个（DN 的 N = W 时每次到达都是 θ 减去 g/W），"
+                "异步的代价只差舍入和种子"]
+    gap = [a - b for a, b in both]
+    span = (lambda lo, hi: _signed(lo) if len(gap) == 1 else f"{_signed(lo)}..{_signed(hi)}")
+    if all(g > tolerance for g in gap):
+        head = (f"异步的代价：DiLoCo 那一对比没有动量的那一对大 {span(min(gap), max(gap))}"
+                f"（{'每组种子都大' if len(gap) > 1 else '一组种子'}）。")
+    elif all(g < -tolerance for g in gap):
+        head = f"异步的代价：DiLoCo 那一对比没有动量的那一对小 {span(-max(gap), -min(gap))}。"
+    else:
+        return ["异步的代价在两对之间分不出大小（差在容差内，或种子之间不一致）"]
+    if outer_lr != 1 and outer_momentum != 0:
+        return [head + f"两对的外层步差在 {differs}，哪一个造成的，这张表分不出来"
+                "（加 --outer-lr 1，两对就只差动量；加 --outer-momentum 0，就只差 lr）"]
+    return [head + f"两对的外层步只差 {differs}，这个差来自它"]
 
 
 def price_rows(server_price, all_reduce_s, h):
