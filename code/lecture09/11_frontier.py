@@ -32,6 +32,9 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (i)：和「全体平均」（只差交换方式的对照）、DiLoCo、每步通信的 AdamW 在同样种子上比：字节/参数，
         Δ bits/字符，副本之间的散布（交换前、交换后）。
       表 (j)：一次交换放到演示 1 的慢网络上：只等自己这一对，和一轮等最慢的一对，各要几秒。
+    演示 6（demo 6，要 --demo 6 或 --demo all；all 时最后跑）：AQ-SGD 在真实的 gloo 流水线上：小 GPT 切成 2–3 个阶段，多个 epoch 训练，
+      激活直接量化（int8 / 4 bit）或发和上次见到同一序列时的变化量，梯度直接量化传回。
+      表 (k)：前向、反向 字节/值（从编码后的张量数），Δ bits/字符 对不压缩的流水线，两端的存储。
     演示 7（demo 7，要 --demo 7 或 --demo all）：异步 local SGD（Liu et al. 2024）：工作者有快有慢，各自走完 H 步
       就把伪梯度发给服务器，服务器收到一个就更新一次（延迟的 Nesterov：动量攒够 W 个到达才动一次），谁也不等谁。
       表 (l)：和它们各自的同步对照（DiLoCo、全体平均）在同样种子上比：Δ bits/字符，陈旧，训练完要多少时间单位。
@@ -48,6 +51,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
     python3 code/lecture09/11_frontier.py --demo 4 --sync-every 10 --sparse-topk 64
     python3 code/lecture09/11_frontier.py --demo 5 --seeds 3 --sync-every 10
+    python3 code/lecture09/11_frontier.py --demo 6 --seeds 5 --aq-epochs 10
     python3 code/lecture09/11_frontier.py --global-batch 512 --second-batch 0
     python3 code/lecture09/11_frontier.py --gap-steps 1      # 两次见到同一批序列之间只隔 1 步
     python3 code/lecture09/11_frontier.py --quick            # 更少的训练步（测试用）
@@ -69,7 +73,7 @@ except ModuleNotFoundError:
 from lecture01.cli_args import (Parser, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
                                 precision_from_args, run_main)
 from lecture01.console import print_header, print_wrapped  # noqa: E402
-from lecture09.compress import training_flags  # noqa: E402
+from lecture09.compress import aq_report, training_flags  # noqa: E402
 from lecture09.schedule.geo_network import PRESETS  # noqa: E402
 from lecture09.schedule.schedule_setup import ScheduleSetup  # noqa: E402
 
@@ -83,8 +87,8 @@ DEFAULTS = dict(training_flags.DEFAULTS, warm_steps=60, gap_steps=10, block_size
                 sparse_topk=32, ef_decay=0.95, sparse_outer_lr=1.0, slowest=2.0)
 MAX_CHUNK = 1024      # a chunk of 1024 x 1024 coefficients: more than any tensor of the tiny GPT
 QUICK = dict(warm_steps=4, gap_steps=2, steps=12, sync_every=6)
-DEMOS = ("1", "2", "3", "4", "5", "7")
-CLASSROOM = ("1", "2", "3", "4", "5")       # the default run; demo 7 trains three more rows per seed
+DEMOS = ("1", "2", "3", "4", "5", "6", "7")
+CLASSROOM = ("1", "2", "3", "4", "5")       # the default run; demos 6 and 7 train more (--demo 6, 7 or all)
 
 
 def wanted(args, demo):
@@ -154,9 +158,11 @@ def parse_args(argv=None):
     g7.add_argument("--slowest", type=float_in(1, 100), default=DEFAULTS["slowest"],
                     help="最慢的工作者一步的时间是最快的几倍，其余均匀分布 slowest worker's step time (default %(default)s)")
     training_flags.add_training_arguments(gc, DEFAULTS)
+    aq_report.add_arguments(p)
     args = p.parse_args(argv)
     if args.quick:
-        apply_quick(args, QUICK, given_flags(p, argv))
+        apply_quick(args, dict(QUICK, **aq_report.QUICK) if wanted(args, "6") else QUICK, given_flags(p, argv))
+    aq_report.check_arguments(p, args)
     if args.global_batch < s.n_replicas or (args.second_batch and args.second_batch < s.n_replicas):
         p.error(f"a global batch must give each of the {s.n_replicas} replicas at least one sequence")
     if wanted(args, "2"):
@@ -296,6 +302,22 @@ def demo5(args, train, rows, results_iter):
     return {"table": table, "price": price, "priced": priced, "observations": observations}
 
 
+def demo6(args):
+    """Table (k) and its observations: AQ-SGD on the real gloo pipeline."""
+    from lecture01 import tiny_gpt
+    from lecture09.compress import compressed_dp, pipeline_aq
+
+    print_header("演示 6：AQ-SGD 在真实的 gloo 流水线上——压缩激活，发变化量")
+    aq = aq_report.setup_from_args(args, precision_from_args(args))
+    rows = pipeline_aq.build_rows(args.aq_backward)
+    seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]
+    table = aq_report.collect(pipeline_aq.train_rows(rows, seeds, aq), rows)
+    aq_report.print_table_k(aq, table, print_wrapped)
+    observations = aq_report.table_k_observations(table, aq, tiny_gpt.make_model(aq.model).n_params())
+    print_observations(observations)
+    return {"table": table, "setup": aq, "observations": observations}
+
+
 def demo7(args, train, rows, results_iter):
     """Tables (l) and (m) and their observations."""
     from lecture09.compress import async_report as report
@@ -350,6 +372,10 @@ def main(argv=None):
     finally:
         if pool is not None:
             pool.terminate()
+    if wanted(args, "6"):          # its gloo ranks start after the training pool is done (2 cores)
+        if results:
+            print()
+        results["demo6"] = demo6(args)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 
