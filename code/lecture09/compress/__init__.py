@@ -9,5 +9,6 @@ streaming_diloco, streaming_report   Streaming DiLoCo (fragments, overlap) and i
 decoupled_momentum, decoupled_report   DeMo (chunked DCT, top-k, sign-SGD) and its tables (§11.4)
 sparseloco, sparseloco_report   SparseLoCo (top-k, 2-bit, error feedback for outer momentum) (§11.5)
 gossip, gossip_report   gossip local SGD: one random peer per exchange, the replicas' spread (§11.6)
+pipeline_aq, aq_report   AQ-SGD on the real gloo pipeline: encoded messages, per-sequence stores (§11.7)
 async_local_sgd, async_report   asynchronous local SGD, the delayed Nesterov outer step, staleness (§11.8)
 """
