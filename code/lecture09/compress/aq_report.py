@@ -20,8 +20,7 @@ BACKWARD = {"int8-block": "int8", "int4-block": "4 bit", "none": "fp32"}
 
 
 def add_arguments(parser):
-    g = parser.add_argument_group("演示 6 AQ-SGD 在 gloo 流水线上（表 (k)；也用 --seeds、--model-seed、--data-seed、"
-                                  "--block-size、精度）")
+    g = parser.add_argument_group("演示 6 AQ-SGD 流水线（表 (k)；种子、--block-size、精度用上面的）")
     g.add_argument("--aq-sequences", type=int_in(BATCH, 100_000), default=DEFAULTS["aq_sequences"], metavar="D",
                    help=f"训练集有几个序列，要是 batch {BATCH} 的倍数 training sequences (default %(default)s)")
     g.add_argument("--aq-epochs", type=int_in(1, 1000), default=DEFAULTS["aq_epochs"],
