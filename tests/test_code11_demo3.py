@@ -232,7 +232,7 @@ def test_with_demo_2_the_adamw_row_is_demo_2s_run():
 
 @pytest.mark.parametrize("argv", [["--topk-per-chunk", "0"], ["--chunk", "2000"], ["--chunk", "0"],
                                   ["--momentum-decay", "1"], ["--sign-lr", "0"], ["--sign-lr", "x"],
-                                  ["--demo", "6"]])
+                                  ["--demo", "8"]])
 def test_bad_demo_3_flags_are_one_line_and_status_2(argv):
     done = subprocess.run([sys.executable, str(LECTURE09 / "11_frontier.py"), "--demo", "3", *argv],
                           capture_output=True, text=True, timeout=60)

@@ -206,7 +206,7 @@ def test_quick_run_of_demo_6_exits_0_within_100_columns():
 @pytest.mark.parametrize("argv, words", [(["--demo", "6", "--aq-sequences", "40"], "--aq-sequences"),
                                          (["--demo", "6", "--aq-stages", "4"], "--aq-stages"),
                                          (["--demo", "6", "--aq-micro-batches", "3"], "--aq-micro-batches"),
-                                         (["--demo", "7"], "--demo")])
+                                         (["--demo", "8"], "--demo")])
 def test_a_bad_flag_is_one_line_and_status_2(argv, words):
     assert_one_line_status_2(SCRIPT, argv, words)
 
@@ -214,4 +214,5 @@ def test_a_bad_flag_is_one_line_and_status_2(argv, words):
 def test_the_default_demo_set_does_not_run_demo_6():
     code11 = load_script(SCRIPT)
     args, _ = code11.parse_args([])
-    assert args.demo == "all" and args.aq_sequences == aq_report.DEFAULTS["aq_sequences"]
+    assert args.demo == "1-5" and not code11.wanted(args, "6")
+    assert args.aq_sequences == aq_report.DEFAULTS["aq_sequences"]

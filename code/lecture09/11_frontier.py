@@ -32,8 +32,8 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (i)：和「全体平均」（只差交换方式的对照）、DiLoCo、每步通信的 AdamW 在同样种子上比：字节/参数，
         Δ bits/字符，副本之间的散布（交换前、交换后）。
       表 (j)：一次交换放到演示 1 的慢网络上：只等自己这一对，和一轮等最慢的一对，各要几秒。
-    演示 6（demo 6，要 --demo 6 或 --demo all；all 时最后跑）：AQ-SGD 在真实的 gloo 流水线上：小 GPT 切成 2–3 个阶段，多个 epoch 训练，
-      激活直接量化（int8 / 4 bit）或发和上次见到同一序列时的变化量，梯度直接量化传回。
+    演示 6（demo 6，要 --demo 6 或 --demo all；all 时最后跑）：AQ-SGD 在真实的 gloo 流水线上：小 GPT 切成 2–3
+      个阶段，多个 epoch 训练，激活直接量化（int8 / 4 bit）或发和上次见到同一序列时的变化量，梯度直接量化传回。
       表 (k)：前向、反向 字节/值（从编码后的张量数），Δ bits/字符 对不压缩的流水线，两端的存储。
     演示 7（demo 7，要 --demo 7 或 --demo all）：异步 local SGD（Liu et al. 2024）：工作者有快有慢，各自走完 H 步
       就把伪梯度发给服务器，服务器收到一个就更新一次（延迟的 Nesterov：动量攒够 W 个到达才动一次），谁也不等谁。
@@ -44,6 +44,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
 
 运行 (run):
     python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README
+    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上，约 35 秒
     python3 code/lecture09/11_frontier.py --demo 7 --slowest 4   # 异步 local SGD，最慢的工作者慢 4 倍
     python3 code/lecture09/11_frontier.py --demo all         # 所有演示
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
@@ -154,7 +155,7 @@ def parse_args(argv=None):
                     help="误差反馈的衰减 β error-feedback decay (default %(default)s)")
     gs.add_argument("--sparse-outer-lr", type=float_in(0, 10, low_open=True), default=DEFAULTS["sparse_outer_lr"],
                     help="SparseLoCo 外层的学习率 α，没有动量 outer learning rate (default %(default)s)")
-    g7 = p.add_argument_group("演示 7 异步 local SGD（表 (l)、(m)；H 用 --sync-every，外层用 --outer-lr、--outer-momentum）")
+    g7 = p.add_argument_group("演示 7 异步 local SGD（表 (l)、(m)；也用 --sync-every、--outer-lr 等）")
     g7.add_argument("--slowest", type=float_in(1, 100), default=DEFAULTS["slowest"],
                     help="最慢的工作者一步的时间是最快的几倍，其余均匀分布 slowest worker's step time (default %(default)s)")
     training_flags.add_training_arguments(gc, DEFAULTS)
