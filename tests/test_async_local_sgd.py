@@ -141,3 +141,33 @@ def test_on_demo_1s_network_the_server_is_priced_on_the_gossip_links():
     assert (ring_s, plain_s) == (ring_g, plain_g)
     assert price.n_links == setup.n_stages * (setup.n_replicas - 1)
     assert gossip.own_min_s <= price.min_s <= price.mean_s <= price.max_s <= gossip.own_max_s
+
+
+# --- against HALoS's DelayedNesterovOptimizer ---------------------------------------------
+
+def _load_halos():
+    import importlib.util
+    import os
+    path = os.environ.get("HALOS_OPT_REFERENCE")
+    if not path:
+        pytest.skip("set HALOS_OPT_REFERENCE to a copy of utnslab/halos's src/halos/opt.py to compare with it")
+    spec = importlib.util.spec_from_file_location("halos_opt", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("buffer_size,c", [(1, 0.0), (4, 0.0), (4, 0.2), (3, 1 / 3)])
+def test_equals_halos_delayed_nesterov_step_by_step(buffer_size, c):
+    reference = _load_halos()
+    gen = torch.Generator().manual_seed(2)
+    theta = torch.randn(40, generator=gen)
+    gradients = [torch.randn(40, generator=gen) for _ in range(11)]
+    ours = als.DelayedNesterov(theta.clone(), lr=0.7, beta=0.9, buffer_size=buffer_size, c=c)
+    p = torch.nn.Parameter(theta.clone())
+    theirs = reference.DelayedNesterovOptimizer([p], lr=0.7, beta=0.9, c=c, buffer_size=buffer_size)
+    for g in gradients:
+        ours.step(g)
+        p.grad = g.clone()
+        theirs.step()
+        torch.testing.assert_close(ours.theta, p.detach(), rtol=0, atol=1e-6)

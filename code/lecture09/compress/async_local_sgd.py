@@ -11,7 +11,8 @@ pseudo-gradients that arrived between a worker's pull and its push are its stale
 
 The server's step on each arrival, DelayedNesterov (Liu et al.'s delayed Nesterov update,
 as utnslab/halos implements it in src/halos/opt.py, the code of HALoS, ICML 2025, which
-cites the paper), with buffer size N, momentum β and momentum activation c:
+cites the paper; tests/test_async_local_sgd.py compares the two step by step when given that
+file), with buffer size N, momentum β and momentum activation c:
 
     Δ ← Δ + g
     every N-th arrival:  m ← β m + Δ / N;   θ ← θ − lr ((1 − cN + c) β m + g / N);   Δ ← 0
