@@ -5,6 +5,7 @@ real gloo pipeline of the tiny GPT.
 - AQ-SGD with a lossless code is the fp32 pipeline; the two ends' stores stay bit-for-bit equal;
 - bytes per value counted by hand; what the receiver allocates is what encode sends;
 - the delta's error is smaller than direct's at the same bytes once a sequence comes back;
+- the control row (direct 4 bit, first visits in fp32) sends AQ-SGD 4 bit's bytes, keeps no store;
 - every branch of the observations; the --quick run and a bad flag as a student meets them.
 """
 
@@ -32,10 +33,12 @@ WEIGHT_ATOL = 2e-4    # after 6 AdamW steps; early Adam steps divide by a tiny s
 @pytest.fixture(scope="module")
 def trained():
     """One gloo run (2 ranks, 6 steps, fp32): the fp32 pipeline, AQ-SGD with a lossless code,
-    AQ-SGD 4 bit, with final weights and stores kept; and the single-process reference."""
+    AQ-SGD 4 bit and its control, with final weights and stores kept; and the single-process
+    reference."""
     setup = aq.AQSetup(epochs=3, n_sequences=64, keep=True)
     rows = [aq.AQRow("fp32"), aq.AQRow("aq-lossless", "none", True, "none"),
-            aq.AQRow("aq-4bit", "int4-block", True, "int8-block")]
+            aq.AQRow("aq-4bit", "int4-block", True, "int8-block"),
+            aq.AQRow("control", "int4-block", False, "int8-block", first_fp32=True)]
     table = aq.train_rows(rows, [Seeds(0, 1)], setup)
     return setup, table, aq.single_process_reference(Seeds(0, 1), setup)
 
@@ -69,6 +72,32 @@ def test_both_ends_keep_the_same_store_bit_for_bit(trained):
     assert table["aq-4bit"][0].forward_bytes_per_value == pytest.approx((4 + 2 * (0.5 + 4 / 256)) / 3)
 
 
+def test_the_control_row_sends_aq_sgd_4_bit_s_bytes_and_keeps_no_store(trained):
+    _, table, _ = trained
+    control, aq_4bit = table["control"][0], table["aq-4bit"][0]
+    assert control.forward_bytes_per_value == aq_4bit.forward_bytes_per_value == (4 + 2 * 0.515625) / 3
+    assert control.backward_bytes_per_value == aq_4bit.backward_bytes_per_value
+    assert control.store_bytes_per_end == 0 and control.stores == [(None, None)]
+    assert control.bpc != aq_4bit.bpc                          # Q(a) after epoch 1, not Q(a − m(ξ))
+
+
+def test_at_the_defaults_the_control_s_bytes_are_aq_sgd_4_bit_s_0_8641():
+    """Both rows' CutEnds driven over the default run's order (D = 384, E = 10, 4 micro-batches
+    a step); each sequence carries 256 values (one block), so bytes per value are the default's."""
+    setup = aq.AQSetup()
+    _, order = aq.training_set(tiny_gpt.load_world_tokens(0)[0], setup, data_seed=1)
+    rows = {r.label: r for r in aq.build_rows()}
+    sent = {}
+    for label in ("AQ-SGD 4 bit", aq.CONTROL_4BIT):
+        sender, receiver = _ends(rows[label], setup.n_sequences, (1, 256), block_size=256)
+        a = torch.randn(setup.batch_size // setup.n_micro, 1, 256, generator=torch.Generator().manual_seed(0))
+        sent[label] = sum(_send(sender, receiver, a, ids)[1] for step in order for ids in step.chunk(setup.n_micro))
+        sent[label] /= a.numel() * setup.n_micro * setup.steps
+    E = setup.epochs
+    assert sent["AQ-SGD 4 bit"] == sent[aq.CONTROL_4BIT] == (4 + (E - 1) * 0.515625) / E
+    assert f"{sent[aq.CONTROL_4BIT]:.4f}" == "0.8641"
+
+
 def test_bytes_per_value_by_hand():
     opts = Options(block_size=256)
     x = torch.randn(2, 3, 101)                                  # 606 values: 3 blocks of 256, the last short
@@ -85,8 +114,8 @@ def test_bytes_per_value_by_hand():
     assert parts_bytes(aq.encode("int4-block", x, Options(block_size=4))) == 4 + 8
 
 
-def _ends(row, n_sequences=4, shape=(3, 8)):
-    opts = Options(block_size=8)
+def _ends(row, n_sequences=4, shape=(3, 8), block_size=8):
+    opts = Options(block_size=block_size)
     return aq.CutEnd(row, opts, n_sequences, shape), aq.CutEnd(row, opts, n_sequences, shape)
 
 
@@ -123,6 +152,21 @@ def test_only_sequences_seen_before_travel_as_a_delta():
     assert sender.scheme(torch.tensor([1, 2])) == "none"               # one new sequence: the micro-batch in fp32
 
 
+def test_the_control_sends_a_first_visit_in_fp32_then_exactly_what_direct_sends():
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.tensor([2, 0])
+    a_then, a_now = torch.randn(2, 3, 8, generator=gen), torch.randn(2, 3, 8, generator=gen)
+    sender, receiver = _ends(aq.AQRow("c", "int4-block", False, "int8-block", first_fp32=True))
+    direct_sender, direct_receiver = _ends(aq.AQRow("d", "int4-block", False, "int8-block"))
+    first, first_bytes = _send(sender, receiver, a_then, ids)
+    assert torch.equal(first, a_then) and first_bytes == 4 * a_then.numel()
+    assert sender.store is None and receiver.store is None and sender.store_bytes == 0
+    got, size = _send(sender, receiver, a_now, ids)
+    direct, direct_size = _send(direct_sender, direct_receiver, a_now, ids)
+    assert torch.equal(got, direct) and size == direct_size == 24 + 4 * 6
+    assert sender.scheme(torch.tensor([0, 1])) == "none"               # sequence 1 is new
+
+
 def test_each_epoch_is_a_permutation_of_the_ids():
     setup = aq.AQSetup(epochs=3, n_sequences=64)
     train, _ = tiny_gpt.load_world_tokens(0)
@@ -140,18 +184,18 @@ def test_the_flag_defaults_written_out_are_the_code_s():
         (s.n_sequences, s.epochs, s.n_stages, s.n_micro)
     assert aq_report.BATCH == tiny_gpt.TrainConfig().batch_size
     assert aq_report.MAX_PIECES == MODEL_CONFIG.n_layer + 2
-    assert [r.backward for r in aq.build_rows(d["aq_backward"])[1:]] == ["int8-block"] * 4
+    assert [r.backward for r in aq.build_rows(d["aq_backward"])[1:]] == ["int8-block"] * 5
 
 
 # --- observations: one fake table per branch ---------------------------------------------
 
-def _table(bpcs, setup=aq.AQSetup()):
-    """bpcs: {row index: [bpc per seed]} for build_rows' five rows."""
-    rows = aq.build_rows()
+def _table(bpcs, setup=aq.AQSetup(), n_rows=6):
+    """bpcs: {row index: [bpc per seed]} for build_rows' first n_rows rows (5: no control)."""
+    rows = aq.build_rows()[:n_rows]
     results = {}
     for k, row in enumerate(rows):
         fwd = {"none": 4.0, "int8-block": 1.015625, "int4-block": 0.515625}[row.forward]
-        if row.delta:
+        if row.fp32_first_visit:
             fwd = (4.0 + (setup.epochs - 1) * fwd) / setup.epochs
         store = 384 * 96 * 96 * 4 if row.delta else 0
         results[row.label] = [aq.AQResult(row, Seeds(i, i + 1), b, fwd, 1.015625, store, (), 0.0)
@@ -159,32 +203,82 @@ def _table(bpcs, setup=aq.AQSetup()):
     return aq_report.collect(results, rows)
 
 
-def _observe(bpcs):
-    return aq_report.table_k_observations(_table(bpcs), aq.AQSetup(), 83_468)
+def _observe(bpcs, n_rows=6):
+    return aq_report.table_k_observations(_table(bpcs, n_rows=n_rows), aq.AQSetup(), 83_468)
+
+
+CONTROL = f"「{aq.CONTROL_4BIT}」"
 
 
 def test_observations_one_seed_pair_says_it_has_no_range():
-    lines = _observe({0: [2.0], 1: [2.001], 2: [2.03], 3: [2.0], 4: [2.004]})
+    lines = _observe({0: [2.0], 1: [2.001], 2: [2.03], 3: [2.0], 4: [2.004], 5: [2.025]})
     assert "「int8 直接」比「不压缩 fp32（基准）」+0.0010：分不出来" in lines[0]
     assert "+0.0300：更差" in lines[1] and "只有一组种子" in lines[1]
-    assert "同样 4 bit" in lines[5] and "-0.0260：更好" in lines[5]
-    assert "多 0.3484" in lines[6] and "10 个 epoch 里第 1 个发 fp32" in lines[6]
-    assert "一端 14.16 MB" in lines[7] and "42 倍" in lines[7]
+    assert "同样 4 bit" in lines[6] and "-0.0260：更好" in lines[6] and "不是干净的对照" in lines[6]
+    assert "干净的对照：「AQ-SGD 4 bit」比" + CONTROL + "-0.0210：更好" in lines[7]
+    assert "只看第 1 个 epoch：" + CONTROL + "比「4 bit 直接」-0.0050：分不出来" in lines[8]
+    assert "所以是变化量在帮忙" in lines[9] and "这 1 组种子上" in lines[9] and "--seeds 5 再确认" in lines[9]
+    assert "多 0.3484" in lines[10] and "10 个 epoch 里第 1 个发 fp32" in lines[10]
+    assert CONTROL + "0.8641，一样" in lines[10]
+    assert "一端 14.16 MB" in lines[11] and "42 倍" in lines[11]
 
 
 def test_observations_several_seeds_need_every_seed_on_one_side():
     base = [2.0, 2.1, 2.2]
     lines = _observe({0: base, 1: base, 2: [b + 0.03 for b in base], 3: base,
-                      4: [2.005, 2.1 + 0.02, 2.2 - 0.02]})
+                      4: [2.005, 2.1 + 0.02, 2.2 - 0.02], 5: [b + 0.03 for b in base]})
     assert "+0.0300（+0.0300..+0.0300）：更差" in lines[1] and "3 组种子都在同一边" in lines[1]
     assert "种子之间不一致，分不出来" in lines[3]
-    assert "分不出来（|差| ≤ 0.01" in lines[4]                  # AQ int8 - direct int8 = 0 on every seed
+    assert "分不出来（|差| ≤ 0.01" in lines[5]                  # AQ int8 - direct int8 = 0 on every seed
+
+
+def test_observations_credit_the_delta_when_the_clean_pair_is_better_on_every_seed():
+    base = [2.0, 2.1, 2.2]
+    lines = _observe({0: base, 1: base, 2: [b + 0.03 for b in base], 3: base,
+                      4: [b + 0.005 for b in base], 5: [b + 0.025 for b in base]})
+    assert "干净的对照" in lines[7] and "-0.0200（-0.0200..-0.0200）：更好" in lines[7]
+    assert "只看第 1 个 epoch" in lines[8] and "-0.0050（-0.0050..-0.0050）：分不出来" in lines[8]
+    assert "所以是变化量在帮忙" in lines[9] and "3 组种子上都比" + CONTROL + "好 0.01 以上" in lines[9]
+    assert "再确认" not in lines[9]
+
+
+def test_observations_cannot_tell_the_delta_apart_when_the_clean_pair_is_within_tolerance():
+    base = [2.0, 2.1, 2.2]                                      # all of the gain is epoch 1's fp32
+    lines = _observe({0: base, 1: base, 2: [b + 0.03 for b in base], 3: base,
+                      4: [b + 0.005 for b in base], 5: [b + 0.008 for b in base]})
+    assert "-0.0030（-0.0030..-0.0030）：分不出来" in lines[7]
+    assert "只看第 1 个 epoch" in lines[8] and "-0.0220（-0.0220..-0.0220）：更好" in lines[8]
+    assert "分不出变化量本身有没有帮忙（cannot be told apart）：干净的对照里，配对差 3 组种子上都在 ±0.01 以内" in lines[9]
+    assert "「AQ-SGD 4 bit」和「4 bit 直接」的差别不能算在变化量头上" in lines[9]
+
+
+def test_observations_cannot_tell_the_delta_apart_when_the_seeds_disagree():
+    base = [2.0, 2.1, 2.2]                                      # better beyond 0.01 on two seeds only
+    lines = _observe({0: base, 1: base, 2: [b + 0.03 for b in base], 3: base,
+                      4: [b + 0.005 for b in base], 5: [2.025, 2.125, 2.21]})
+    assert "种子之间不一致，分不出来" in lines[7]
+    assert "cannot be told apart）：干净的对照里，配对差在种子之间不一致" in lines[9]
+
+
+def test_observations_say_when_the_delta_is_worse_than_its_control():
+    lines = _observe({0: [2.0], 1: [2.0], 2: [2.03], 3: [2.0], 4: [2.05], 5: [2.03]})
+    assert "+0.0200：更差" in lines[7] and "所以变化量没有帮忙，反而更差" in lines[9]
 
 
 def test_observations_a_diverged_run_has_no_paired_difference():
-    lines = _observe({0: [2.0], 1: [math.nan], 2: [2.03], 3: [2.0], 4: [2.0]})
-    assert "有一行发散了" in lines[0] and "有一行发散了" in lines[4]
+    lines = _observe({0: [2.0], 1: [math.nan], 2: [2.03], 3: [2.0], 4: [2.0], 5: [2.0]})
+    assert "有一行发散了" in lines[0] and "有一行发散了" in lines[5]
     assert "发散" == aq_report.delta_cell([math.nan])
+    lines = _observe({0: [2.0], 1: [2.0], 2: [2.03], 3: [2.0], 4: [2.0], 5: [math.nan]})
+    assert "有一行发散了" in lines[7] and "有一行发散了" in lines[8]
+    assert "cannot be told apart）：干净的对照里有一行发散了" in lines[9]
+
+
+def test_observations_without_the_control_row_keep_the_unclean_pair_only():
+    lines = _observe({0: [2.0], 1: [2.001], 2: [2.03], 3: [2.0], 4: [2.004]}, n_rows=5)
+    assert len(lines) == 4 + 2 + 2 and "不是干净的对照" in lines[5]
+    assert not any("干净的对照：「" in line or "变化量在帮忙" in line for line in lines)
+    assert lines[6].endswith("之后才发变化量")
 
 
 # --- as a student runs it ---------------------------------------------------------------
@@ -199,7 +293,7 @@ def test_quick_run_of_demo_6_exits_0_within_100_columns():
     lines = done.stdout.splitlines()
     assert all(display_width(line) <= 100 for line in lines)
     assert any(line.startswith("(k) ") for line in lines) and "观察 observations：" in done.stdout
-    for label in ("不压缩 fp32（基准）", "int8 直接", "4 bit 直接", "AQ-SGD int8", "AQ-SGD 4 bit"):
+    for label in ("不压缩 fp32（基准）", "int8 直接", "4 bit 直接", "AQ-SGD int8", "AQ-SGD 4 bit", aq.CONTROL_4BIT):
         assert any(line.startswith(label) for line in lines), label
 
 

@@ -2,9 +2,11 @@
 and the observations worded from it (lecture 9, §11.7).
 
 No torch at import: 11_frontier.py adds the flags here and --help answers at once.
-The control of "the delta is what helps" is the direct row at the same bits: the same
-codes, the same backward, only what is quantized differs (a, or a − m(ξ)); AQ-SGD's rows
-also send epoch 1 in fp32, which the bytes column shows.
+AQ-SGD 4 bit against direct 4 bit is not a clean control: AQ-SGD also sends epoch 1 in fp32.
+The clean control of "the delta is what helps" is the row "direct 4 bit, first visits in
+fp32": the same bytes, the same epoch 1, the same backward; only what is quantized after
+epoch 1 differs (a, or a − m(ξ)). The observations credit the delta only if that pair is
+better on every seed beyond the tolerance; the control minus direct 4 bit isolates epoch 1.
 """
 
 import math
@@ -77,7 +79,7 @@ def print_table_k(setup, table, out):
     out(f"(k) 小 GPT 切成 {s.n_stages} 个阶段，{s.n_stages} 个 gloo 进程，1F1B，每步 {s.n_micro} 个微批次；训练集 "
         f"{s.n_sequences} 个序列 × {s.epochs} 个 epoch = {s.steps} 步（batch {s.batch_size}，每个 epoch 重新打乱），"
         f"前向 {s.precision}。字节/值 = 经过切口的每个值平均发几个字节，从编码后的张量数出来，第 1 个 epoch 也算在内；"
-        f"AQ-SGD 第一次见到一个序列时发 fp32。Δ = 这一行的 bits/字符 − 同样种子的不压缩流水线（{n} 组种子"
+        f"AQ-SGD 和它的对照行第一次见到一个序列时发 fp32。Δ = 这一行的 bits/字符 − 同样种子的不压缩流水线（{n} 组种子"
         + ("" if n == 1 else "，括号里是范围") + "）。存储 = 一个切口的一端存的 m(ξ)：")
     rows = []
     for label, (row, results, deltas) in table.items():
@@ -90,8 +92,12 @@ def print_table_k(setup, table, out):
     print_table(["做法", "前向 字节/值", "反向 字节/值", "bits/字符", "Δ", "每端存储"], rows)
 
 
-def _find(table, forward, delta):
-    return next((label for label, (row, _, _) in table.items() if row.forward == forward and row.delta == delta), None)
+def _find(table, forward, delta, first_fp32=None):
+    """The label of the row that sends `forward`, with or without the delta; first_fp32
+    (direct rows): whether first visits travel in fp32 (None: AQ-SGD's rows always do)."""
+    first = delta if first_fp32 is None else first_fp32
+    return next((label for label, (row, _, _) in table.items()
+                 if row.forward == forward and row.delta == delta and row.fp32_first_visit == first), None)
 
 
 def verdict(deltas, tolerance):
@@ -130,19 +136,58 @@ def table_k_observations(table, setup, n_params, tolerance=TOLERANCE):
     for label, (row, _, deltas) in list(table.items())[1:]:
         lines.append(paired_words(f"「{label}」", deltas, base, tolerance))
     for forward, bits in (("int8-block", "int8"), ("int4-block", "4 bit")):
-        aq, direct = _find(table, forward, True), _find(table, forward, False)
+        aq, direct = _find(table, forward, True), _find(table, forward, False, False)
+        control = _find(table, forward, False, True)
         if aq and direct:
             d = _pair(table[aq][1], table[direct][1])
             lines.append(paired_words(f"同样 {bits}，发变化量的「{aq}」", d, direct, tolerance)
-                         + "；两行只差量化的是 a 还是 a − m(ξ)（还有 AQ-SGD 第 1 个 epoch 发 fp32）")
-    aq, direct = _find(table, "int4-block", True), _find(table, "int4-block", False)
+                         + "；这不是干净的对照：两行差量化的是 a 还是 a − m(ξ)，还差 AQ-SGD 第 1 个 epoch 发 fp32")
+        if aq and direct and control:
+            lines += control_words(table, aq, direct, control, tolerance)
+    aq, direct = _find(table, "int4-block", True), _find(table, "int4-block", False, False)
     if aq and direct:
         a, b = table[aq][1][0].forward_bytes_per_value, table[direct][1][0].forward_bytes_per_value
         lines.append(f"字节：「{aq}」前向平均 {a:.4f} 字节/值，比「{direct}」的 {b:.4f} 多 {a - b:.4f}："
-                     f"{setup.epochs} 个 epoch 里第 1 个发 fp32（4 字节/值），之后才发变化量")
+                     f"{setup.epochs} 个 epoch 里第 1 个发 fp32（4 字节/值），之后才发变化量"
+                     + _control_bytes(table, a))
         store = table[aq][1][0].store_bytes_per_end
         params = 4 * n_params
         ratio = f"，是整个模型 fp32 参数（{params / 1e6:.2f} MB）的 {store / params:.0f} 倍" if store else ""
         lines.append(f"存储：AQ-SGD 每个切口两端各存 {setup.n_sequences} 个序列的激活，一端 {store / 1e6:.2f} MB{ratio}；"
                      f"{setup.n_stages - 1} 个切口共 {2 * (setup.n_stages - 1) * store / 1e6:.2f} MB，随序列数线性增长")
+    return lines
+
+
+def _control_bytes(table, aq_bytes):
+    control = _find(table, "int4-block", False, True)
+    if not control:
+        return ""
+    c = table[control][1][0].forward_bytes_per_value
+    same = "一样" if round(c, 4) == round(aq_bytes, 4) else f"却是 {c:.4f}"
+    return f"；「{control}」{c:.4f}，{same}"
+
+
+def control_words(table, aq, direct, control, tolerance=TOLERANCE):
+    """The two pairs that split AQ-SGD's gain over direct at the same bits, and what follows:
+    aq − control (the clean control: the same bytes and epoch 1, only a or a − m(ξ) after it)
+    and control − direct (only epoch 1 in fp32 differs). The gain is credited to the delta
+    only if the clean pair is "better" on every seed beyond the tolerance."""
+    clean, first = _pair(table[aq][1], table[control][1]), _pair(table[control][1], table[direct][1])
+    lines = [paired_words(f"干净的对照：「{aq}」", clean, control, tolerance)
+             + "；两行字节一样、第 1 个 epoch 都发 fp32，只差之后量化的是 a − m(ξ) 还是 a",
+             paired_words(f"只看第 1 个 epoch：「{control}」", first, direct, tolerance)
+             + "；两行之后都直接发，只差第 1 个 epoch 发不发 fp32"]
+    word = verdict(clean, tolerance)
+    seeds = "这 1 组种子上" if len(clean) == 1 else f"{len(clean)} 组种子上都"
+    if word == "better":
+        lines.append(f"所以是变化量在帮忙：同样的字节、同样的第 1 个 epoch，「{aq}」{seeds}比「{control}」"
+                     f"好 {tolerance:g} 以上" + ("（只有一组种子，--seeds 5 再确认）" if len(clean) == 1 else ""))
+    elif word == "worse":
+        lines.append(f"所以变化量没有帮忙，反而更差：「{aq}」{seeds}比「{control}」差 {tolerance:g} 以上")
+    else:
+        n = "" if len(clean) == 1 else f" {len(clean)} 组种子上都"
+        why = ("里有一行发散了" if not all(map(math.isfinite, clean)) else
+               f"里，配对差{n}在 ±{tolerance:g} 以内" if word == "same" else "里，配对差在种子之间不一致")
+        lines.append(f"所以分不出变化量本身有没有帮忙（cannot be told apart）：干净的对照{why}；"
+                     f"「{aq}」和「{direct}」的差别不能算在变化量头上")
     return lines

@@ -53,20 +53,33 @@ class AQRow:
     forward: str = "none"        # WIRE_SCHEMES
     delta: bool = False          # AQ-SGD: send the change since the sequence's previous visit
     backward: str = "none"       # WIRE_SCHEMES, always direct
+    first_fp32: bool = False     # a direct row that sends first visits in fp32, as AQ-SGD does (its control)
+
+    @property
+    def fp32_first_visit(self):
+        """Does a sequence's first visit travel in fp32? Always for AQ-SGD (it needs m(ξ))."""
+        return self.delta or self.first_fp32
 
     @property
     def key(self):
-        return (self.forward, self.delta, self.backward)
+        return (self.forward, self.delta, self.backward, self.fp32_first_visit)
+
+
+CONTROL_4BIT = "4 bit 直接，首次 fp32（对照）"
 
 
 def build_rows(backward="int8-block"):
     """Table (k)'s rows: the fp32 pipeline (the baseline of Δ), direct int8 / 4 bit, AQ-SGD
-    int8 / 4 bit; the compressed rows send the gradients back with `backward`."""
+    int8 / 4 bit, and AQ-SGD 4 bit's control: direct 4 bit with every first visit in fp32
+    (AQ-SGD 4 bit's epoch 1 and bytes, then Q(a) instead of Q(a − m(ξ))). No int8 control:
+    AQ-SGD int8 and direct int8 cannot be told apart, so there is no gain to attribute.
+    The compressed rows send the gradients back with `backward`."""
     return [AQRow("不压缩 fp32（基准）"),
             AQRow("int8 直接", "int8-block", False, backward),
             AQRow("4 bit 直接", "int4-block", False, backward),
             AQRow("AQ-SGD int8", "int8-block", True, backward),
-            AQRow("AQ-SGD 4 bit", "int4-block", True, backward)]
+            AQRow("AQ-SGD 4 bit", "int4-block", True, backward),
+            AQRow(CONTROL_4BIT, "int4-block", False, backward, first_fp32=True)]
 
 
 @dataclass(frozen=True)
@@ -171,9 +184,10 @@ def recv_parts(scheme, n, opts, src):
 
 
 class CutEnd:
-    """One end of one cut, for one row: which scheme a micro-batch travels in and, for
-    AQ-SGD, the store m(ξ) (D, T, C) and which ids were seen. The sender and the receiver
-    each hold one and call the same `rebuild` on the same parts."""
+    """One end of one cut, for one row: which scheme a micro-batch travels in, which ids
+    were seen and, for AQ-SGD, the store m(ξ) (D, T, C); the control row (first visits in
+    fp32, then direct) keeps only the seen ids. The sender and the receiver each hold one
+    and call the same `rebuild` on the same parts."""
 
     def __init__(self, row, opts, n_sequences, act_shape):
         self.row, self.opts = row, opts
@@ -181,8 +195,8 @@ class CutEnd:
         self.seen = torch.zeros(n_sequences, dtype=torch.bool)
 
     def scheme(self, ids):
-        """The forward scheme of a micro-batch: fp32 for AQ-SGD's first visits."""
-        if self.row.delta and not bool(self.seen[ids].all()):
+        """The forward scheme of a micro-batch: fp32 for first visits (AQ-SGD and its control)."""
+        if self.row.fp32_first_visit and not bool(self.seen[ids].all()):
             return "none"
         return self.row.forward
 
@@ -197,11 +211,11 @@ class CutEnd:
         """What the receiver computes on; both ends update their store here."""
         scheme = self.scheme(ids)
         decoded = decode(scheme, parts, shape, self.opts)
+        self.seen[ids] = True
         if not self.row.delta:
             return decoded
         out = decoded if scheme == "none" else self.store[ids] + decoded
         self.store[ids] = out
-        self.seen[ids] = True
         return out
 
     @property
