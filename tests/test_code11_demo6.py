@@ -281,6 +281,18 @@ def test_observations_without_the_control_row_keep_the_unclean_pair_only():
     assert lines[6].endswith("之后才发变化量")
 
 
+def test_table_k_fits_100_columns_even_at_the_largest_store(capsys):
+    from dataclasses import replace
+    largest = 100_000 * MODEL_CONFIG.block_size * MODEL_CONFIG.n_embd * 4      # --aq-sequences 100000
+    table = {label: (row, [replace(r, store_bytes_per_end=largest if r.store_bytes_per_end else 0)
+                           for r in results], deltas)
+             for label, (row, results, deltas) in _table({k: [2.0, 2.1] for k in range(6)}).items()}
+    aq_report.print_table_k(aq.AQSetup(), table, print)
+    lines = capsys.readouterr().out.splitlines()
+    assert any("3686 MB" in line for line in lines)
+    assert max(display_width(line) for line in lines if not line.startswith("(k)")) <= 100
+
+
 # --- as a student runs it ---------------------------------------------------------------
 
 @SWEEP_TIER[0]

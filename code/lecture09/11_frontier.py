@@ -35,6 +35,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
     演示 6（demo 6，要 --demo 6 或 --demo all；all 时最后跑）：AQ-SGD 在真实的 gloo 流水线上：小 GPT 切成 2–3
       个阶段，多个 epoch 训练，激活直接量化（int8 / 4 bit）或发和上次见到同一序列时的变化量，梯度直接量化传回。
       表 (k)：前向、反向 字节/值（从编码后的张量数），Δ bits/字符 对不压缩的流水线，两端的存储。
+        外加一行对照：4 bit 直接，但第一次见到的序列发 fp32（字节和 AQ-SGD 4 bit 一样，只差发不发变化量）。
     演示 7（demo 7，要 --demo 7 或 --demo all）：异步 local SGD（Liu et al. 2024）：工作者有快有慢，各自走完 H 步
       就把伪梯度发给服务器，服务器收到一个就更新一次（延迟的 Nesterov：动量攒够 W 个到达才动一次），谁也不等谁。
       表 (l)：和它们各自的同步对照（DiLoCo、全体平均）在同样种子上比：Δ bits/字符，陈旧，训练完要多少时间单位。

@@ -72,6 +72,11 @@ def delta_cell(deltas):
     return mean if len(deltas) == 1 else f"{mean}（{_signed(min(deltas))}..{_signed(max(deltas))}）"
 
 
+def _megabytes(n):
+    """At most 8 columns up to 10 GB, so table (k) stays within 100 at any --aq-sequences."""
+    return f"{n / 1e6:.2f} MB" if n < 1e8 else f"{n / 1e6:.0f} MB"
+
+
 def print_table_k(setup, table, out):
     from lecture01.console import print_table
     s = setup
@@ -88,7 +93,7 @@ def print_table_k(setup, table, out):
         rows.append((label, f"{first.forward_bytes_per_value:.4f}", f"{first.backward_bytes_per_value:.4f}",
                      f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散",
                      "—" if label == next(iter(table)) else delta_cell(deltas),
-                     f"{first.store_bytes_per_end / 1e6:.2f} MB" if first.store_bytes_per_end else "—"))
+                     _megabytes(first.store_bytes_per_end) if first.store_bytes_per_end else "—"))
     print_table(["做法", "前向 字节/值", "反向 字节/值", "bits/字符", "Δ", "每端存储"], rows)
 
 

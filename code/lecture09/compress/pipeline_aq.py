@@ -65,7 +65,7 @@ class AQRow:
         return (self.forward, self.delta, self.backward, self.fp32_first_visit)
 
 
-CONTROL_4BIT = "4 bit 直接，首次 fp32（对照）"
+CONTROL_4BIT = "4 bit 直接，首次 fp32"
 
 
 def build_rows(backward="int8-block"):
