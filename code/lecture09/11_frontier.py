@@ -45,7 +45,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
 
 运行 (run):
     python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README
-    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上，约 35 秒
+    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上，约 20 秒
     python3 code/lecture09/11_frontier.py --demo 7 --slowest 4   # 异步 local SGD，最慢的工作者慢 4 倍
     python3 code/lecture09/11_frontier.py --demo all         # 所有演示
     python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
