@@ -2,6 +2,7 @@
 
 compression_schemes, compression   one class per scheme, error feedback, the wire format
 training        the engine one run goes through; compressed_dp runs many and pairs them
+verdicts        words for paired differences over seeds (no torch: a script's --help stays fast)
 powersgd, onebit_adam, local_sgd (DiLoCo), gloo_dp (the same on real DDP ranks)
 run_progress, training_flags       progress across processes; the flags 05 and 07 share
 activation_codes   pipeline activations through the registry, directly and as a change (§11)

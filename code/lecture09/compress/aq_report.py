@@ -12,12 +12,13 @@ better on every seed beyond the tolerance; the control minus direct 4 bit isolat
 import math
 
 from lecture01.cli_args import int_in
+from lecture09.compress.verdicts import DELTA_TOLERANCE_BPC, verdict
 
 DEFAULTS = dict(aq_sequences=384, aq_epochs=10, aq_stages=2, aq_micro_batches=4, aq_backward="int8-block")
 QUICK = dict(aq_sequences=64, aq_epochs=2)
 BATCH = 32                                  # tiny_gpt.TrainConfig().batch_size, written out (no torch here)
 MAX_PIECES = 3                              # embedding, MODEL_CONFIG's 1 block, head: stage_bounds' limit
-TOLERANCE = 0.01                            # compressed_dp.DELTA_TOLERANCE_BPC, written out
+TOLERANCE = DELTA_TOLERANCE_BPC             # the suite's |Δ| for "about the same" (verdicts.py)
 BACKWARD = {"int8-block": "int8", "int4-block": "4 bit", "none": "fp32"}
 
 
@@ -103,19 +104,6 @@ def _find(table, forward, delta, first_fp32=None):
     first = delta if first_fp32 is None else first_fp32
     return next((label for label, (row, _, _) in table.items()
                  if row.forward == forward and row.delta == delta and row.fp32_first_visit == first), None)
-
-
-def verdict(deltas, tolerance):
-    """"same" / "worse" / "better" on every seed, else "unclear" (compressed_dp.verdict's rule)."""
-    if not deltas or any(math.isnan(d) for d in deltas):
-        return "unclear"
-    if all(abs(d) <= tolerance for d in deltas):
-        return "same"
-    if all(d > tolerance for d in deltas):
-        return "worse"
-    if all(d < -tolerance for d in deltas):
-        return "better"
-    return "unclear"
 
 
 def _range(d):

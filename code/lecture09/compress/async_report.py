@@ -181,12 +181,7 @@ def print_table_m(rows, setup, plain_s, out):
         f"（演示 1 为 fp16 找到的最优分配，每个阶段 {setup.n_replicas} 个副本）。异步时每个阶段的服务器放在这一组里到别人"
         "平均最快的那个副本上，别的副本和它在一条链路上互发这个阶段的参数（服务器的网卡被几个副本同时用时会更慢，没有算）。"
         f"一次迭代不算数据并行时是 {plain_s:.2f} 秒：")
-    table = []
-    for r in rows:
-        lo, hi = r.range_s or (None, None)
-        span = "—" if hi is None else f"{lo:.2f}..{hi:.2f}"
-        table.append((r.label, f"{r.exchange_s:.2f}", span, f"{r.per_step_s:.2f}", f"{plain_s + r.per_step_s:.2f}"))
-    print_table(["做法", "一次交换 s", "范围 s", "每步摊到 s", "每次迭代 s"], table)
+    gossip_report.print_exchange_prices(rows, plain_s)
 
 
 def table_m_observations(rows, server_price):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported,
 from lecture01.cli_args import sigint_ignored
 from lecture09.compress import (async_local_sgd, decoupled_momentum, gloo_dp, gossip, local_sgd, onebit_adam,
                                 run_progress, sparseloco, streaming_diloco)
+from lecture09.compress.verdicts import verdict  # noqa: F401  (re-exported: one import for the scripts)
 from lecture09.compress.training import (  # noqa: F401  (re-exported: one import for the scripts)
     OPTIMIZERS, DELTA_TOLERANCE_BPC, Seeds, Run, TrainSetup, RunResult, Diverged, ZERO_COUNTED,
     COLLECTIVE_SCHEMES, world_tokens, WorkerCompression, make_aggregator, worker_gradients,
@@ -132,23 +133,6 @@ def paired_deltas(results, baselines):
         else:
             deltas.append(math.inf if r.diverged else r.bpc - b.bpc)
     return deltas
-
-
-def verdict(deltas, tolerance=DELTA_TOLERANCE_BPC):
-    """Words for paired differences over one or more seeds (positive = worse).
-
-    "same": every |Δ| <= tolerance; "worse" / "better": every Δ beyond the tolerance on
-    the same side; "unclear": the seeds disagree, or a baseline diverged. With one seed
-    this is the tolerance test; with more, a claim must hold on every seed."""
-    if not deltas or any(math.isnan(d) for d in deltas):
-        return "unclear"
-    if all(abs(d) <= tolerance for d in deltas):
-        return "same"
-    if all(d > tolerance for d in deltas):
-        return "worse"
-    if all(d < -tolerance for d in deltas):
-        return "better"
-    return "unclear"
 
 
 @dataclass(frozen=True)

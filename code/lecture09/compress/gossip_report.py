@@ -138,6 +138,12 @@ def print_table_j(rows, setup, plain_s, out):
         f"找到的最优分配，每个阶段 {setup.n_replicas} 个副本）。gossip 的一对同时互发自己这个阶段的参数，"
         "一条链路上要 延迟 + 字节 / 带宽；配对在每个阶段里均匀随机。一次迭代不算数据并行时是 "
         f"{plain_s:.2f} 秒：")
+    print_exchange_prices(rows, plain_s)
+
+
+def print_exchange_prices(rows, plain_s):
+    """Rows of ExchangePrice as a table: one exchange, its range (fastest..slowest, or the
+    worst case alone), its share per step, and one iteration with it (tables (j) and (m))."""
     table = []
     for r in rows:
         lo, hi = r.range_s or (None, None)
