@@ -96,6 +96,15 @@ def test_the_event_loop_by_hand():
     assert starts == [3, 3, 1] and arrivals[-1].time == 7.0
 
 
+def test_no_round_is_longer_than_a_synchronous_workers_whole_run():
+    # H = 64 beyond 3 steps: each of the 4 workers takes one round of 3 (not the first one all 12),
+    # so the slowest worker's round is the whole time, as in the synchronous run
+    starts = []
+    arrivals = als.simulate(4, 64, 2.0, 12, lambda w, n, applied: starts.append((w, n)), lambda w: None)
+    assert starts == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert arrivals[-1].time == als.synchronous_time(3, 2.0) == 6.0
+
+
 def _setup(n_workers, steps=8):
     return replace(cdp.TrainSetup().with_steps(steps), n_workers=n_workers, precision="fp32")
 

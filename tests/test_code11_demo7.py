@@ -92,8 +92,9 @@ def test_observations_when_the_async_rows_finish_sooner_and_momentum_costs_more(
                         "加 --outer-momentum 0，就只差 lr）")
     only_momentum = ar.table_l_observations(table, 300, 2.0, 1.0, 0.9)[4]
     assert only_momentum.endswith("两对的外层步只差 动量（0.9 和 0），这个差来自它")
-    only_lr = ar.table_l_observations(table, 300, 2.0, 0.7, 0.0)[4]
-    assert only_lr.endswith("两对的外层步只差 lr（0.7 和 1），这个差来自它")
+    no_momentum = ar.table_l_observations(table, 300, 2.0, 0.7, 0.0)
+    assert no_momentum[4].endswith("两对的外层步只差 lr（0.7 和 1），这个差来自它")
+    assert no_momentum[1].endswith("没有动量（--outer-momentum 0）时两行是同一个计算：每次到达 θ 都减去 lr/W 倍的 g，只差舍入")
     assert ar.table_l_observations(table, 300, 2.0, 1.0, 0.0)[4].startswith("外层 lr 1、没有动量时，两对的外层步是同一个")
 
 
@@ -104,6 +105,19 @@ def test_observations_when_the_workers_are_equally_fast_and_the_costs_cannot_be_
     assert lines[0].startswith("时间：工作者一样快（--slowest 1），异步不省时间（都是 300 个时间单位），却照样陈旧：平均 3.00")
     assert "-0.0050（差不多）" in lines[1] and "+0.0050（差不多）" in lines[2] and "0.0000（差不多）" in lines[3]
     assert lines[4] == "异步的代价在两对之间分不出大小（差在容差内，或种子之间不一致）"
+
+
+def test_observations_when_the_asynchronous_rows_take_longer():
+    # 6 steps, equally fast workers, but the last rounds fell on few workers: 10 units against 6
+    table = _table({"adamw": [1.6], "diloco": [1.9], "all": [1.8], "nesterov": [2.0], "delayed": [1.95],
+                    "async-all": [1.85]}, time=10.0, stale=(1.5, 4))
+    line = ar.table_l_observations(table, 6, 1.0, 0.7, 0.9)[0]
+    assert line.startswith("时间：异步的行要 10 个时间单位，不比同步的 6 少：时间由最后送达的那一轮决定")
+    assert line.endswith("陈旧：平均 1.50，最多 4")
+    # slower workers, one round each (H beyond the steps): as long as the synchronous run, not "equally fast"
+    line = ar.table_l_observations(_table({"adamw": [1.6], "diloco": [1.9], "all": [1.8], "nesterov": [2.0],
+                                           "delayed": [1.95], "async-all": [1.85]}, time=6.0), 3, 2.0, 0.7, 0.9)[0]
+    assert line.startswith("时间：异步的行要 6 个时间单位，不比同步的 6 少")
 
 
 def test_observations_when_a_row_diverged_or_momentum_costs_less():

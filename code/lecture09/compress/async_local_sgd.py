@@ -28,7 +28,8 @@ paper's other idea, dynamic local updates (DyLU: a slower worker takes fewer inn
 is not reproduced here.
 
 Budget and schedule, so that a row is comparable with DiLoCo's: the workers take steps × W
-inner steps in all (DiLoCo's compute), each on batch / W sequences drawn from one seeded
+inner steps in all (DiLoCo's compute), in rounds of min(H, steps) (the last one shorter),
+each on batch / W sequences drawn from one seeded
 stream in the order the rounds start. The inner lr of a round's i-th step follows lecture
 1's schedule at step ⌊u·H / W⌋ + i, u = pseudo-gradients applied when the round started
 (in a synchronous round that is DiLoCo's step). Bytes are counted as DiLoCo's rows count
@@ -128,15 +129,17 @@ def simulate(n_workers, h, slowest, budget, start_round, apply):
     """The event loop, without the model: start_round(worker, n_steps, applied) begins a
     round when that worker pulls; apply(worker) is called when its pseudo-gradient arrives,
     in order of arrival time (ties: the lower worker first). Each worker starts rounds of
-    min(H, what is left of the budget of inner steps) until the budget is used; a list of
-    Arrival."""
+    min(H, budget / W, what is left of the budget of inner steps) until the budget is used:
+    no round is longer than a synchronous worker's whole run (else, with H beyond the steps,
+    the first worker would take the whole budget alone); a list of Arrival."""
     times = step_times(n_workers, slowest)
+    longest = max(1, budget // n_workers)
     started, applied, arrivals, queue = 0, 0, [], []
     pulled = {}
 
     def launch(w, now):
         nonlocal started
-        n = min(h, budget - started)
+        n = min(h, longest, budget - started)
         if n <= 0:
             return
         started += n

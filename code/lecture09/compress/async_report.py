@@ -115,17 +115,20 @@ def table_l_observations(table, steps, slowest, outer_lr, outer_momentum, tolera
     naive, delayed, average = _labels(table)
     row, results, _ = table[delayed]
     t_async, t_sync = results[0].timing[0], synchronous_time(steps, slowest)
-    lines = []
+    stale = f"平均 {_mean([r.timing[1] for r in results]):.2f}，最多 {max(r.timing[2] for r in results)}"
     if t_async < t_sync:
-        lines.append(f"时间：异步的行 {t_async:g} 个时间单位就训练完，同步的行要 {t_sync:g}（{t_async / t_sync:.0%}）："
-                     f"同样多的内层步，谁也不等最慢的工作者。代价是陈旧：平均 "
-                     f"{_mean([r.timing[1] for r in results]):.2f}，最多 {max(r.timing[2] for r in results)}")
+        lines = [f"时间：异步的行 {t_async:g} 个时间单位就训练完，同步的行要 {t_sync:g}（{t_async / t_sync:.0%}）："
+                 f"同样多的内层步，谁也不等最慢的工作者。代价是陈旧：{stale}"]
+    elif t_async == t_sync and slowest == 1:
+        lines = [f"时间：工作者一样快（--slowest {slowest:g}），异步不省时间（都是 {t_sync:g} 个时间单位），"
+                 f"却照样陈旧：{stale}"]
     else:
-        lines.append(f"时间：工作者一样快（--slowest {slowest:g}），异步不省时间（都是 {t_sync:g} 个时间单位），"
-                     f"却照样陈旧：平均 {_mean([r.timing[1] for r in results]):.2f}，"
-                     f"最多 {max(r.timing[2] for r in results)}")
+        lines = [f"时间：异步的行要 {t_async:g} 个时间单位，不比同步的 {t_sync:g} 少：时间由最后送达的那一轮决定，"
+                 f"而这个模拟里一轮最多 H 步，谁先空下来谁接着走剩下的步数，最后几轮不一定由大家分。陈旧：{stale}"]
     lines.append(_compare(table, delayed, naive, tolerance, "两行每次到达都让 θ 走 lr/W 倍的 g，只差动量："
-                          "每次到达都更新、都用（N = 1），还是攒够 W 个到达才更新、才用一次（N = W）")[0])
+                          "每次到达都更新、都用（N = 1），还是攒够 W 个到达才更新、才用一次（N = W）"
+                          if outer_momentum else "没有动量（--outer-momentum 0）时两行是同一个计算："
+                          "每次到达 θ 都减去 lr/W 倍的 g，只差舍入")[0])
     text, with_momentum = _compare(table, delayed, row.twin, tolerance, "两行只差等不等（和取数据的顺序）")
     lines.append(text)
     text, without = _compare(table, average, table[average][0].twin, tolerance, "两行只差等不等（和取数据的顺序）")
