@@ -83,8 +83,10 @@ def without_newline_marks(printed):
 
 def notes_section(path, heading_prefix):
     """The text of a Markdown section: from the heading that starts with heading_prefix
-    (e.g. "## 7 ") to the next heading of the same level or a higher one."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    (e.g. "## 7 ") to the next heading of the same level or a higher one. `path` is a file
+    or anything with read_text, such as lecture 9's notes read as one (tests/notes_book.py)."""
+    source = path if hasattr(path, "read_text") else Path(path)
+    lines = source.read_text(encoding="utf-8").splitlines()
     level = len(heading_prefix.split()[0])
     start = next(i for i, line in enumerate(lines) if line.startswith(heading_prefix))
     end = next((i for i in range(start + 1, len(lines))

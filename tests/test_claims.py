@@ -18,8 +18,9 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, decimals_in, notes_section, other_precision, run_script
+from notes_book import LECTURE09_BOOK
 
-LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+LECTURE09_NOTES = LECTURE09_BOOK
 
 # Parameters and cited paper figures the notes may state without a run printing them.
 ALLOWED_CONSTANTS_09 = {"1.3", "0.3", "0.1", "0.4", "0.9", "0.95", "0.01", "0.02", "1.7", "3.5", "2.7", "3.3",

@@ -7,11 +7,12 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
+from notes_book import LECTURE09_BOOK
 
 pytestmark = [pytest.mark.slow, pytest.mark.claims]
 
 code8 = load_script(LECTURE09 / "08_byzantine.py")
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 B = code8.BOUND_UNITS
 
 

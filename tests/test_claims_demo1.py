@@ -9,8 +9,9 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, notes_section, run_script
+from notes_book import LECTURE09_BOOK
 
-LECTURE09_NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+LECTURE09_NOTES = LECTURE09_BOOK
 
 pytestmark = [pytest.mark.slow, pytest.mark.claims]
 

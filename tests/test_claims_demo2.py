@@ -15,9 +15,10 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, decimals_in, load_script, main_quietly, notes_section, other_precision
+from notes_book import LECTURE09_BOOK
 
 code7 = load_script(LECTURE09 / "07_compression_beyond.py")
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 TOL = 0.01                     # compressed_dp.DELTA_TOLERANCE_BPC
 ALLOWED = {"0.7", "0.9", "0.1", "0.4", "0.2", "1.3", "0.3"}     # flag values and parameters named in the text
 NEW_SECTIONS = ("### 7.1 ", "### 7.2 ", "### 7.3 ", "### 7.4 ", "### 7.5 ")

@@ -10,8 +10,9 @@ from conftest import (ROOT, assert_deltas_in_notes_ranges, frontier_default_run,
                       notes_section)
 from lecture09.compress import aq_report
 from lecture09.compress.pipeline_aq import CONTROL_4BIT as CONTROL
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 PAIRS = (("AQ-SGD int8", "int8 直接"), ("AQ-SGD 4 bit", "4 bit 直接"),
          ("AQ-SGD 4 bit", CONTROL), (CONTROL, "4 bit 直接"))
 MACHINE_TOL = 0.005       # another CPU moves these Δ; the 5-seed ranges are ~0.005 wide

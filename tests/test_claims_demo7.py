@@ -8,8 +8,9 @@ import pytest
 
 from conftest import (LECTURE09, ROOT, assert_deltas_in_notes_ranges, frontier_default_run, load_script,
                       main_quietly, notes_range, notes_row, notes_section)
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 MACHINE_TOL = 0.02        # another CPU moves these Δ; the rows' 5-seed ranges are 0.01-1.6 wide
 TOL = 0.01                # compressed_dp.DELTA_TOLERANCE_BPC
 

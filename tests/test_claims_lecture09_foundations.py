@@ -15,8 +15,9 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, decimals_in, notes_section, run_script
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 
 # Numbers the notes may state without a run printing them (none so far: ε = 1e-8 and the
 # like have no decimal point, and every table the notes copy is printed).

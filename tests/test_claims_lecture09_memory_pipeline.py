@@ -12,8 +12,9 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, decimals_in, notes_section, run_script
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 SECTIONS = ("## 3 ", "## 4 ")
 
 # Parameters the notes state without a run printing them as a decimal: flag defaults in the

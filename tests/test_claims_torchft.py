@@ -12,13 +12,14 @@ import pytest
 
 from conftest import LECTURE09, ROOT, load_script, main_quietly, notes_section
 from lecture09.engines.torchft_report import GAP_NEAR_S
+from notes_book import LECTURE09_BOOK
 
 pytestmark = [pytest.mark.slow, pytest.mark.claims,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchft ships Linux wheels only")]
 pytest.importorskip("torchft", reason="torchft is installed on Linux only (requirements.txt)")
 
 code9 = load_script(LECTURE09 / "09_torchft.py")
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 GAP_TOLERANCE_S = 0.35      # the notes: "在 1.5 s 上下"; the controls' rows within this of min(...)
 MODES = {"ddp": "  容错 DDP", "diloco": "  DiLoCo", "streaming": "  流式 DiLoCo"}
 DEFAULT_WAITS = (code9.DEFAULTS["heartbeat_ms"], code9.DEFAULTS["join_ms"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import LECTURE09, ROOT, SWEEP_TIER, assert_one_line_status_2, load_script, main_quietly, notes_section
+from notes_book import LECTURE09_BOOK
 
 SCRIPT = LECTURE09 / "10_hivemind.py"
 code10 = load_script(SCRIPT)
@@ -352,7 +353,7 @@ def test_the_quick_run_prints_every_part_within_100_columns_and_leaves_nothing()
         assert part in out
     assert "一致：" in out and "SIGKILL" in out and "引导节点死了" in out
     # the notes' arithmetic (§10) is printed by any run with 4 peers: the quick one too
-    notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    notes = LECTURE09_BOOK.read_text(encoding="utf-8")
     section = notes[notes.index("## 10 "):notes.index("## 参考文献")]
     for figure in ("500,808", "445,163", "1,340,544", "335,264", "2,682,112", "333,872"):
         assert figure in section and figure in out, figure
@@ -433,7 +434,7 @@ def test_table_f_says_so_when_no_round_gathered_every_peer():
 
 # --- notes §10 四: table (f), cell by cell ---------------------------------------------------
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 # the notes' row -> server_rows' row (the rows with figures; "中心死了" is words)
 BUSIEST_PEER_TOLERANCE_MB = 0.1   # "约 1.0 MB [实测]": 2 × 500,808 B, plus up to ~2% more a run counts (parts)
 TABLE_F_ROWS = {"发出": "每个工作者发出 sent", "收到": "每个工作者收到 received",

@@ -147,7 +147,7 @@ def test_bad_flags_are_one_line_and_status_2(argv):
 def _notes_section_11():
     """§11.1-§11.3 (demos 1 and 2): §11.4 on have tables of their own, with DiLoCo rows too."""
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     return text[text.index("## 11 "):text.index("### 11.4 ")]
 
 
@@ -223,6 +223,7 @@ def test_the_notes_seed_ranges_of_table_a_hold_with_their_tolerance():
 # --- demo 2: Streaming DiLoCo's tables (c) and (d) ------------------------------------
 
 from lecture09.schedule import sync_pricing as sp   # noqa: E402
+from notes_book import LECTURE09_BOOK
 
 
 def test_a_sync_is_blocked_only_by_what_the_overlap_does_not_hide():

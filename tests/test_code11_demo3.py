@@ -18,6 +18,7 @@ from lecture09.compress import compressed_dp as cdp
 from lecture09.compress.compressed_dp import Seeds
 from lecture09.compress.training import RunResult
 from lecture09.schedule.sync_pricing import SyncPrice
+from notes_book import LECTURE09_BOOK
 
 
 def test_received_bytes_by_hand():
@@ -242,7 +243,7 @@ def test_bad_demo_3_flags_are_one_line_and_status_2(argv):
 
 def _notes_rows(first_cells):
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     section = text[text.index("### 11.4 "):text.index("## 参考文献 References")]
     return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
                                           for line in section.splitlines() if line.startswith(first_cells))}
@@ -274,7 +275,7 @@ def default_demo_3(request):
 
 def _notes_section_11_4():
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     return text[text.index("### 11.4 "):text.index("### 11.5 ")]
 
 

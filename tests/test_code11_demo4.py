@@ -16,6 +16,7 @@ from lecture09.compress.compressed_dp import Seeds
 from lecture09.compress.decoupled_report import XL, gpt_shapes
 from lecture09.compress.training import RunResult
 from lecture09.schedule.sync_pricing import SyncPrice
+from notes_book import LECTURE09_BOOK
 
 H = 30
 MEAN = {"DiLoCo，每 30 步": 4.0 / H, "DiLoCo，每 30 步，int8": 1.0157 / H,
@@ -141,7 +142,7 @@ def test_bad_demo_4_flags_are_one_line_and_status_2(argv):
 
 def _notes_rows(first_cells):
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     section = text[text.index("### 11.5 "):text.index("### 11.6 ")]
     return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
                                           for line in section.splitlines() if line.startswith(first_cells))}
@@ -174,7 +175,7 @@ def default_demo_4(request):
 
 def _notes_section_11_5():
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     return text[text.index("### 11.5 "):text.index("### 11.6 ")]
 
 

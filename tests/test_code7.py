@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import LECTURE09, load_script, press_ctrl_c, start_in_own_group, wait_until_group_has, shared_quick_run
+from notes_book import LECTURE09_BOOK
 
 code7 = load_script(LECTURE09 / "07_compression_beyond.py")
 SCRIPT = LECTURE09 / "07_compression_beyond.py"
@@ -178,7 +179,7 @@ def test_table_d_pipeline_traffic_is_inside_regions_as_the_notes_say():
                                       n_micro_batches=s.n_micro_batches)
     stats = dist_sim.layout_stats(optimum.assignment, geo, s.n_stages, s.n_replicas)
     assert stats["pipeline_links_within_region"] == stats["pipeline_links"] == 24
-    notes = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    notes = LECTURE09_BOOK.read_text(encoding="utf-8")
     assert "这个最优分配的 24 条流水线边都已经在地区之内" in notes
 
 

@@ -10,6 +10,7 @@ import torch
 
 from lecture09.compress import compressed_dp as cdp
 from lecture09.compress import gossip
+from notes_book import LECTURE09_BOOK
 
 
 def test_a_matching_pairs_every_worker_once_and_leaves_one_out_when_odd():
@@ -200,7 +201,7 @@ def test_with_demo_2_adamw_and_diloco_are_demo_2s_runs():
 
 def _notes_section():
     from conftest import ROOT
-    text = (ROOT / "lectures" / "lecture09_distributed_training.md").read_text(encoding="utf-8")
+    text = LECTURE09_BOOK.read_text(encoding="utf-8")
     start = text.index("### 11.6 ")
     return text[start:text.index("**本节参考文献**", start)]
 

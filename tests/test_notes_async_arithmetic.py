@@ -11,8 +11,9 @@ from conftest import ROOT, notes_row, notes_section
 from lecture09.compress import async_local_sgd as als
 from lecture09.compress.compressed_dp import TrainSetup
 from lecture09.schedule import gossip_pricing
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 H, SLOWEST = 30, 2.0          # code 11's defaults (tests/test_notes_flag_tables.py checks the flags' own)
 
 

@@ -8,10 +8,11 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT, load_script, notes_section, table_cells
+from notes_book import LECTURE09_BOOK
 
 pytestmark = pytest.mark.smoke
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 
 
 def row(section, first_cell):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "code").glob("lecture*/**/*.py")) + sorted((ROOT / "tests").glob("*.py"))
-NOTES = sorted((ROOT / "lectures").glob("*.md"))
+NOTES = sorted((ROOT / "lectures").rglob("*.md"))
 # A backticked code span that names something: `name`, `module.name` or `name(args)`.
 CITED = re.compile(r"`([A-Za-z_][\w.]*)(\([^`]*\))?`")
 TORCH_NAMESPACES = (torch, dist, torch.nn.Module, torch.Tensor, DistributedDataParallel, default_hooks,

@@ -7,10 +7,11 @@ import re
 import pytest
 
 from conftest import ROOT
+from notes_book import LECTURE09_BOOK
 
 pytestmark = pytest.mark.smoke
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 REFERENCE = re.compile(r"(?:讲义 ?|第 ?)(\d+)\.(\d+) ?节")
 # code 5's files: the script, demo 1's scheduling and demo 2's report
 CODE5 = ("05_decentralized.py", "schedule/", "compress/demo2_report.py")

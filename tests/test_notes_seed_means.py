@@ -16,8 +16,9 @@ import re
 import pytest
 
 from conftest import ROOT, notes_section, table_cells
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 NONE = "不压缩（fp32）"
 # the gains table's rows: (optimizer, row without error feedback, row with it)
 GAINS = {"top-k，AdamW": ("AdamW", "top-k，没有误差反馈", "top-k，有误差反馈"),

@@ -5,8 +5,9 @@ every "第 X 节说过 / 推导" points back, never forward."""
 import re
 
 from conftest import LECTURE09, ROOT
+from notes_book import LECTURE09_BOOK
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 # Terms §1 defines (the collectives and their cost) that §2-§4 use.
 SECTION_1_TERMS = ("reduce-scatter", "all-gather", "α–β", "2(p−1)/p", "all-reduce = reduce-scatter + all-gather")
 

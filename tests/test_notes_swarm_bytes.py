@@ -17,10 +17,11 @@ from lecture09.compress.compression import PayloadErrorFeedback, WIRE_MODES, pay
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm.swarm_protocol import WorkerConfig
 from lecture09.swarm.swarm_report import Link
+from notes_book import LECTURE09_BOOK
 
 pytestmark = pytest.mark.smoke
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 TABLE_1_HEADER = "| 压缩 | 每次上传 body |"
 
 

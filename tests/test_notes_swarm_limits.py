@@ -17,10 +17,11 @@ import pytest
 from conftest import ROOT, notes_section, table_cells
 from lecture09.swarm import swarm_checkpoint, swarm_http, swarm_protocol, swarm_server, swarm_worker
 from lecture09.swarm.swarm_protocol import REFUSALS, ServerConfig, WorkerConfig
+from notes_book import LECTURE09_BOOK
 
 pytestmark = pytest.mark.smoke
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 SERVER, WORKER = ServerConfig(), WorkerConfig()
 

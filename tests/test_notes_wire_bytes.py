@@ -17,10 +17,11 @@ import torch
 from conftest import ROOT, notes_section, table_cells
 from lecture09.compress import compression
 from lecture09.compress.compression_schemes import parts_bytes, topk_count
+from notes_book import LECTURE09_BOOK
 
 pytestmark = pytest.mark.smoke
 
-NOTES = ROOT / "lectures" / "lecture09_distributed_training.md"
+NOTES = LECTURE09_BOOK
 RATIO = 0.05
 GRADIENT = {"w": (7, 30), "b": (50,)}    # top-k keeps 10 of 210 and 2 of 50 entries
 

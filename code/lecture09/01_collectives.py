@@ -17,7 +17,7 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     演示 6（demo 6）：all-to-all（每人给每人不同的一块，MoE 分发 token 用的就是它）：成对交换和经根两种写法，
       字节、轮数和 α–β 时间，和环形 all-reduce 并列；在真的 gloo 进程上和 torch.distributed.all_to_all_single 对照。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 1 节（第 2 节和第 5 节引用它）
+对应讲义 (notes): lectures/lecture09/01_collectives.md 第 1 节（第 2 节和第 5 节引用它）
 
 运行 (run):
     python3 code/lecture09/01_collectives.py               # 全部，2 核机器上十几秒（见 README）

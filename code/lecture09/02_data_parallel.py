@@ -14,7 +14,7 @@ Lecture 9, code 2: data parallelism on lecture 1's tiny GPT, on real gloo proces
     演示 2（demo 2）：DDP 的通信钩子（comm hook）：fp16 压缩和 PowerSGD（低秩压缩），每步发多少字节、
       训练 loss 和验证集 bits/字符，与不压缩并排。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 2 节（第 1 节讲 all-reduce 本身）
+对应讲义 (notes): lectures/lecture09/02_data_parallel.md 第 2 节（第 1 节讲 all-reduce 本身）
 
 运行 (run):
     python3 code/lecture09/02_data_parallel.py                 # 全部：2 个进程，2 核机器上约二十秒

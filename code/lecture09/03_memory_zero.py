@@ -15,7 +15,7 @@ Lecture 9, code 3: the memory and compute of training a foundation model, and Ze
     演示 4（demo 4）：真的 ZeRO-1：2–4 个 gloo 进程分片优化器状态（自己写的 ShardedAdamW，以及 PyTorch 的
       ZeroRedundancyOptimizer），N 步以后的权重和单进程的普通 AdamW 比；每个进程的优化器字节数。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 3 节
+对应讲义 (notes): lectures/lecture09/03_memory_zero.md 第 3 节
 
 运行 (run):
     python3 code/lecture09/03_memory_zero.py              # 全部，时间见 README（2 核机器，中位数）

@@ -24,7 +24,7 @@ parallelism (3D parallelism).
     演示 7（demo 7）：上下文并行 context parallelism：序列分到 2–4 个 gloo 进程，环形注意力（ring attention）和
       Ulysses 都和整个序列的注意力比；因果掩码下每个进程的工作量（连续切对之字形切）；每层的字节。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 4 节
+对应讲义 (notes): lectures/lecture09/04_pipeline.md 第 4 节
 
 运行 (run):
     python3 code/lecture09/04_pipeline.py                 # 全部，时间见 README（2 核机器，中位数）

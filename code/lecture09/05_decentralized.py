@@ -16,7 +16,7 @@ compressing what workers send.
       fp16、int8、top-1%、只发符号，有没有误差反馈（error feedback）；配 AdamW + 裁剪，以及普通 SGD；
       每一行和不压缩相比的配对差（paired difference），--seeds N 时给出种子之间的范围。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 5 节
+对应讲义 (notes): lectures/lecture09/05_decentralized.md 第 5 节
 
 运行 (run):
     python3 code/lecture09/05_decentralized.py             # 全部，时间见 README（2 核机器，中位数）

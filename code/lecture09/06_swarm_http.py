@@ -4,7 +4,7 @@
 问题：代码 5 在一个进程里模拟了带梯度压缩的数据并行。如果工作者（worker）是独立的进程，
 通过 HTTP 和参数服务器（parameter server）通信，像互联网上的志愿者训练群（volunteer swarm）
 那样，会有什么变化？服务器可以信任什么，又必须检查什么？线上一共走了多少字节、多少次往返？
-讲义 Notes: lectures/lecture09_distributed_training.md 第 6 节（从模拟到真实的训练群）。
+讲义 Notes: lectures/lecture09/06_swarm_http.md 第 6 节（从模拟到真实的训练群）。
 
 默认运行（用时见 README：2 核机器上的中位数；4 个工作者进程，60 步）：
   (1) 每种压缩方式 compression mode（none、topk、topk-int8）训练一次：127.0.0.1 上（一个空闲

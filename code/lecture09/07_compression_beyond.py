@@ -12,7 +12,7 @@ and what each buys on demo 1's slow network.
     表 (d)：每一行的 字节/参数 用在演示 1 的 1.3B 模型、它的最优分配上 → 每次迭代的时间、比数据中心慢多少。
     最后是各行训练 loss 的曲线（控制台图）。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md §7.1–§7.5
+对应讲义 (notes): lectures/lecture09/07_compression_beyond.md §7.1–§7.5
 
 运行 (run):
     python3 code/lecture09/07_compression_beyond.py              # 12 个模型，各 300 步（2 核约 1–2 分钟）

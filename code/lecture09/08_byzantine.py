@@ -14,7 +14,7 @@ clipping each upload does not bound.
     表 (2)：训练的量。每个聚合器 × 攻击训练一遍，bits/字符减去同种子的诚实平均（配对差 Δ）。
     表 (3)：和压缩放在一起：工作者发 top-k（代码 6 的默认）时，稳健聚合本身的代价。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md §8
+对应讲义 (notes): lectures/lecture09/08_byzantine.md §8
 
 运行 (run):
     python3 code/lecture09/08_byzantine.py                   # 表 (1)–(3)，2 核约 1 分钟

@@ -14,7 +14,7 @@ and live recovery from a peer.
     (d)：三遍放在一起，以及结束时副本之间的最大差。
     (e)：不杀进程时，torchft 的 DiLoCo 和我们自己的模拟 (compress/local_sgd.py) 逐次同步比较。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md §9
+对应讲义 (notes): lectures/lecture09/09_torchft.md §9
 
 运行 (run):
     python3 code/lecture09/09_torchft.py                        # (a)–(e)，2 核约半分钟

@@ -15,7 +15,7 @@ that come and go.
     (c)：两遍放在一起；(d)：(a) 和我们自己的模拟 compress/local_sgd.py 比较；
     (e)：hivemind 的压缩对应我们登记表 (registry) 里的哪一行；(f)：和代码 6 的中心服务器比较。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md §10
+对应讲义 (notes): lectures/lecture09/10_hivemind.md §10
 
 运行 (run):
     python3 code/lecture09/10_hivemind.py                       # (a)–(f)，2 核约半分钟

@@ -41,7 +41,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
       表 (l)：和它们各自的同步对照（DiLoCo、全体平均）在同样种子上比：Δ bits/字符，陈旧，训练完要多少时间单位。
       表 (m)：一次交换放到演示 1 的慢网络上：同步的环形 all-reduce 人人等，异步只等自己到服务器的一条链路。
 
-对应讲义 (notes): lectures/lecture09_distributed_training.md 第 11 节
+对应讲义 (notes): lectures/lecture09/11_frontier.md 第 11 节
 
 运行 (run):
     python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README

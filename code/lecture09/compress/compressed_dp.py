@@ -1,7 +1,7 @@
 """Data parallelism with compressed gradients: runs the training engine (training.py) for
 code 5's demo 2 and code 7, in worker processes, and pairs the results it returns.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §5.6-§5.8).
+Introduced in lecture 9 (notes: lectures/lecture09/05_decentralized.md §5.6-§5.8).
 
 One training run (`train_run`) splits each batch across n simulated workers; each worker
 computes its own gradient, compresses it (a scheme of compression_schemes.SCHEMES, optionally

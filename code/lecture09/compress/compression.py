@@ -1,6 +1,6 @@
 """Gradient compression: what a worker sends instead of its full fp32 gradient.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md, section 5).
+Introduced in lecture 9 (notes: lectures/lecture09/05_decentralized.md, section 5).
 The schemes themselves (one class each, one registry row each) live in
 compression_schemes.py; this module builds the two ways the scripts use them, on the same
 classes, with error feedback written once:

@@ -1,6 +1,6 @@
 """The compression schemes: one class each, one registry row each.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §5.6, §7.1).
+Introduced in lecture 9 (notes: lectures/lecture09/05_decentralized.md §5.6, §7.1).
 compression.py builds both of its paths on these classes: flat gradient vectors (code 5,
 demo 2) and the swarm's wire payloads (code 6). A scheme says three things:
 

@@ -1,6 +1,6 @@
 """Demo 2 on real torch.distributed ranks: DDP with communication hooks, gloo on loopback.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.5).
+Introduced in lecture 9 (notes: lectures/lecture09/07_compression_beyond.md §7.5).
 `compressed_dp.train_run` simulates W workers in one process; with TrainSetup.backend
 "gloo" it calls `train_run` here instead: W real processes (lecture09.ranks.gloo_ranks: a free
 port picked in the parent), each wraps the same model in DistributedDataParallel and

@@ -1,6 +1,6 @@
 """Local SGD / DiLoCo (Douillard et al. 2023; OpenDiLoCo): talk every H steps, not every step.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.4).
+Introduced in lecture 9 (notes: lectures/lecture09/07_compression_beyond.md §7.4).
 Each of W workers keeps its own copy of the model and its own inner AdamW (lecture 1's
 recipe, clipping its own gradient) and takes H inner steps on its own slice of every
 batch. Then the workers send their pseudo-gradient, the parameter change

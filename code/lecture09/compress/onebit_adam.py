@@ -1,6 +1,6 @@
 """1-bit Adam (Tang et al. 2021), and AdamW with the same frozen variance, uncompressed.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.3).
+Introduced in lecture 9 (notes: lectures/lecture09/07_compression_beyond.md §7.3).
 Error feedback does not carry over to Adam directly: Adam divides by sqrt(v), which is not
 linear in the gradient. 1-bit Adam's way round it:
 

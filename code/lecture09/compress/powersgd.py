@@ -1,6 +1,6 @@
 """PowerSGD (Vogels et al. 2019): each gradient matrix M is sent as two thin factors P, Q.
 
-Introduced in lecture 9 (notes: lectures/lecture09_distributed_training.md §7.2).
+Introduced in lecture 9 (notes: lectures/lecture09/07_compression_beyond.md §7.2).
 A collective scheme: the workers' factors are summed (all-reduce) between the two halves
 of one power-iteration step, so it cannot be one encode per worker; it is registered in
 compressed_dp.COLLECTIVE_SCHEMES. It follows PyTorch's DDP hook
