@@ -449,7 +449,7 @@ def numbers_in(cell):
 def notes_table_f():
     """{notes row: (code 6 cell, hivemind cell)} of §10 四's table."""
     rows = {}
-    for line in notes_section(NOTES, "### 四、中心服务器和没有中心的 DHT").splitlines():
+    for line in notes_section(NOTES, "### 10.4 中心服务器和没有中心的 DHT").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and len(cells) == 3:
             rows[cells[0]] = tuple(cells[1:])

@@ -51,3 +51,19 @@ def test_one_level_down_leaves_code_blocks_alone():
     page = "# 6 title\n## 6.1 part\n```bash\n# a shell comment\n```\n### deeper\n"
     assert one_level_down(page) == "## 6 title\n### 6.1 part\n```bash\n# a shell comment\n```\n#### deeper\n"
     assert one_level_down("# 第 9 讲\n## x\n", keep_title=True) == "# 第 9 讲\n### x\n"
+
+
+def test_every_part_of_every_section_is_numbered_k_n_in_order():
+    """"§6.5" can be cited: a section's parts are ## k.1, k.2, ... (no 一、二、三 in their place),
+    and deeper headings carry their part's number (### k.n.m) or none at all."""
+    for page in section_pages():
+        k = int(page.stem[:2])
+        fence, parts = False, []
+        for line in page.read_text(encoding="utf-8").splitlines()[1:]:
+            if line.startswith("```"):
+                fence = not fence
+            if not fence and line.startswith("## "):
+                m = re.match(rf"## {k}\.(\d+) \S", line)
+                assert m, (page.name, line)
+                parts.append(int(m.group(1)))
+        assert parts == list(range(1, len(parts) + 1)) and parts, (page.name, parts)

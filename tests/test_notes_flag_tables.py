@@ -178,7 +178,7 @@ def test_section_8s_aggregator_table_names_the_registry_and_the_cc_tau_default()
     and the default its centered-clip row gives `--cc-tau` is code 8's."""
     from lecture09.robust.aggregators import AGGREGATORS
     notes = LECTURE09_BOOK
-    table = next(rows for _, heading, _, header, rows in tables(notes) if heading.startswith("## 8 "))
+    table = next(rows for _, heading, _, header, rows in tables(notes) if heading.startswith("### 8.1 "))
     assert [re.fullmatch(r"`([a-z-]+)`", row[0]).group(1) for row in table] == list(AGGREGATORS)
     tau = re.search(r"`--cc-tau`，默认 ([\d.]+)", " ".join(" ".join(row) for row in table))
     action = next(a for a in parser_of("code/lecture09/08_byzantine.py")._actions if "--cc-tau" in a.option_strings)

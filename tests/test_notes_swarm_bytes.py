@@ -1,4 +1,4 @@
-"""§6 "二、线上的字节", table (1): the byte columns (body, tensors, safetensors header), the
+"""§6.2 "线上的字节", table (1): the byte columns (body, tensors, safetensors header), the
 "比 none 小" ratio and the upload time at 10 MB/s are arithmetic on the bytes a worker sends,
 the same in every run and on every machine (the golden --quick run prints the same bytes as
 the default run: sizes depend on the parameter shapes and the top-k ratio only).

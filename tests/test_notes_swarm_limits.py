@@ -1,4 +1,4 @@
-"""§6 "四、服务器检查什么" and "五、失败是常态": the figures in their tables (HTTP statuses,
+"""§6 §6.4 "服务器检查什么" and §6.5 "失败是常态": the figures in their tables (HTTP statuses,
 size limits, seconds, counts, exit statuses) and in the retry paragraph are the swarm's
 constants in code/lecture09/swarm/.
 
@@ -94,7 +94,7 @@ def backticked_codes(text):
 
 
 def test_table_4_statuses_are_the_refusal_codes():
-    rows = table("### 四、服务器检查什么")
+    rows = table("### 6.4 服务器检查什么")
     assert [row[0] for row in rows] == [str(n) for n in range(1, len(rows) + 1)]
     for number, _, refusal in rows:
         spans = backticked_codes(refusal)
@@ -107,7 +107,7 @@ def test_table_4_statuses_are_the_refusal_codes():
 
 
 def test_table_4_limits_are_the_servers():
-    rows = {row[0]: row[1] for row in table("### 四、服务器检查什么")}
+    rows = {row[0]: row[1] for row in table("### 6.4 服务器检查什么")}
     read(rows["2"], r"(\d+) 字节 × 参数个数 \+ (\d+) KiB",
          [swarm_protocol.BYTES_PER_SPARSE_ENTRY, swarm_protocol.HEADER_ALLOWANCE_BYTES / 1024])
     setting = re.search(r"`(\w+)`，默认 (\d+) 秒", rows["5"])
@@ -117,7 +117,7 @@ def test_table_4_limits_are_the_servers():
 
 
 def test_table_5_figures_are_the_swarms_constants():
-    rows = table("### 五、失败是常态")
+    rows = table("### 6.5 失败是常态")
     assert len(rows) == len(FAILURES)
     for row in rows:
         key = next((k for k in FAILURES if row[0].startswith(k)), None)
@@ -133,7 +133,7 @@ def test_table_5_figures_are_the_swarms_constants():
 
 
 def test_the_retry_paragraph_is_the_workers_backoff():
-    text = notes_section(NOTES, "### 五、失败是常态")
+    text = notes_section(NOTES, "### 6.5 失败是常态")
     para = text[text.index("**重试 retry**"):text.index("**检查点 checkpoint**")]
     transient = re.search(r"把 (\d+)、(\d+)、(\d+) 和", para)
     assert transient and {int(g) for g in transient.groups()} == set(swarm_protocol.TRANSIENT_STATUSES)
@@ -143,7 +143,7 @@ def test_the_retry_paragraph_is_the_workers_backoff():
 
 
 def test_the_limits_listed_under_table_4_are_the_servers():
-    text = notes_section(NOTES, "### 四、服务器检查什么")
+    text = notes_section(NOTES, "### 6.4 服务器检查什么")
     low, factor = (int(g) for g in re.search(r"`max_connections`，默认 max\((\d+), (\d+) × 长轮询名额\)", text).groups())
     extra = int(re.search(r"`max_long_polls`，默认工作者数 \+ (\d+)", text).group(1))
     for world_size in (1, 4, 40):

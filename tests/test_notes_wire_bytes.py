@@ -1,4 +1,4 @@
-"""§6 "二、线上的字节 Bytes on the wire": the table of what each X-Compression mode sends
+"""§6.2 "线上的字节 Bytes on the wire": the table of what each X-Compression mode sends
 (keys, dtypes, bytes per kept entry) is what compression.encode_payload sends.
 
 For every row the test encodes a small two-tensor gradient in that mode and checks: the
@@ -27,7 +27,7 @@ GRADIENT = {"w": (7, 30), "b": (50,)}    # top-k keeps 10 of 210 and 2 of 50 ent
 
 
 def section():
-    return notes_section(NOTES, "### 二、线上的字节")
+    return notes_section(NOTES, "### 6.2 线上的字节")
 
 
 def mode_rows():
