@@ -67,3 +67,45 @@ def test_every_part_of_every_section_is_numbered_k_n_in_order():
                 assert m, (page.name, line)
                 parts.append(int(m.group(1)))
         assert parts == list(range(1, len(parts) + 1)) and parts, (page.name, parts)
+
+
+README = ROOT / "README.md"
+
+
+def readme_run_time(script):
+    """The first time the README's run-time table gives for a lecture-9 script ("28 s")."""
+    row = next(line for line in README.read_text(encoding="utf-8").splitlines()
+               if line.startswith(f"| `code/lecture09/{script}`"))
+    cell = [c.strip() for c in row.strip().strip("|").split("|")][3]
+    m = re.search(r"(\d+(?:\.\d+)?) ?(s|min)\b", cell)
+    return f"{m.group(1)} {m.group(2)}"
+
+
+def index_rows():
+    rows = {}
+    for line in INDEX.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\| §(\d+) \| \[[^]]+\]\(([\w.]+)\) \| `([\w.]+)` \| 约 ([^|]+) \|", line)
+        if m:
+            rows[int(m.group(1))] = (m.group(2), m.group(3), m.group(4).strip())
+    return rows
+
+
+def test_the_index_lists_every_section_with_its_page_script_and_the_readmes_run_time():
+    rows = index_rows()
+    assert sorted(rows) == list(range(1, 12))
+    for k, (page, script, time) in rows.items():
+        assert page == f"{script[:-3]}.md" and (INDEX.parent / page).exists(), (k, page)
+        assert time == readme_run_time(script), (k, time, readme_run_time(script))
+
+
+def test_each_section_opens_with_what_to_run_in_class_and_what_is_for_home():
+    rows = index_rows()
+    for page in section_pages():
+        k = int(page.stem[:2])
+        head = page.read_text(encoding="utf-8").splitlines()[:6]
+        in_class = next(line for line in head if line.startswith("> **课上 in class**"))
+        assert any(line.startswith("> **课后 at home**") for line in head), page.name
+        assert f"`python3 code/lecture09/{page.stem}.py`（约 {rows[k][2]}）" in in_class, (page.name, in_class)
+        cited = re.findall(rf"\b{k}\.(\d+)", in_class)
+        headings = set(re.findall(rf"^## {k}\.(\d+) ", page.read_text(encoding="utf-8"), re.M))
+        assert cited and set(cited) <= headings, (page.name, cited)
