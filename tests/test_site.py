@@ -376,7 +376,8 @@ def test_pages_in_chromium_load_every_image_without_a_console_error(site, toy, t
             hrefs = [hits.nth(i).get_attribute("href") for i in range(hits.count())]
             assert "04_pipeline" in hrefs[0], hrefs
             # as many pages found as hold the word: unsegmented, a word inside a run of Chinese
-            # is no token of its own and only runs that begin with it are found (5 of 8 here)
+            # is no token of its own and only runs that begin with it are found (5 of 8 pages
+            # when this was written)
             holding = sum("流水线" in (ROOT / "lectures" / md).read_text(encoding="utf-8") for md in nav_pages())
             found = w.page.locator(".md-search-result__meta").inner_text()
             assert int(re.search(r"\d+", found).group()) >= holding, (found, holding)
@@ -388,9 +389,11 @@ def test_pages_in_chromium_load_every_image_without_a_console_error(site, toy, t
             images = w.open(small.url)
             assert [i["width"] for i in images if "tiny.png" in i["src"]] == [6], images
             box = w.page.evaluate("""() => { const m = document.querySelector('math mfrac');
-                const p = m.closest('p'); const lh = parseFloat(getComputedStyle(p).fontSize);
-                const r = m.getBoundingClientRect(); return {h: r.height, fs: lh}; }""")
-            assert box["h"] > 1.3 * box["fs"], box       # a fraction stacks: taller than a line
+                if (!m) return null;
+                const size = parseFloat(getComputedStyle(m.closest('p')).fontSize);
+                return {height: m.getBoundingClientRect().height, font_size: size}; }""")
+            assert box is not None, "no <math> with a fraction on the toy page"
+            assert box["height"] > 1.3 * box["font_size"], box     # a fraction stacks: taller than a line
             w.page.screenshot(path=str(shots / "toy.png"), full_page=True)
             assert not w.problems, w.problems
         finally:
