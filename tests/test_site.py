@@ -358,12 +358,12 @@ def test_pages_in_chromium_load_every_image_without_a_console_error(site, toy, t
                 if md in figure_pages:
                     assert any("/figures/" in i["src"] for i in images), (md, images)
                     w.page.locator("article img[src*='figures/']").first.scroll_into_view_if_needed()
-                    w.page.screenshot(path=str(shots / f"{Path(md).stem}-figure.png"))
+                    w.page.screenshot(path=str(shots / f"{Path(md).stem}-figure.png"), animations="disabled")
                 if md != "lecture09/index.md" and TABLE.search((ROOT / "lectures" / md).read_text(encoding="utf-8")):
                     table = w.page.locator("article table").first
                     table.scroll_into_view_if_needed()
                     assert table.locator("tr").count() >= 2, md
-                w.page.screenshot(path=str(shots / f"{Path(md).stem}.png"))
+                w.page.screenshot(path=str(shots / f"{Path(md).stem}.png"), animations="disabled")
                 assert not w.problems, (md, w.problems)
 
             # search: 流水线 typed in the search box finds the pipeline section (jieba's words)
@@ -381,7 +381,7 @@ def test_pages_in_chromium_load_every_image_without_a_console_error(site, toy, t
             holding = sum("流水线" in (ROOT / "lectures" / md).read_text(encoding="utf-8") for md in nav_pages())
             found = w.page.locator(".md-search-result__meta").inner_text()
             assert int(re.search(r"\d+", found).group()) >= holding, (found, holding)
-            w.page.screenshot(path=str(shots / "search-流水线.png"))
+            w.page.screenshot(path=str(shots / "search-流水线.png"), animations="disabled")
             assert not w.problems, w.problems
 
             # the toy page: a table, a figure and two formulas drawn as math
@@ -394,7 +394,7 @@ def test_pages_in_chromium_load_every_image_without_a_console_error(site, toy, t
                 return {height: m.getBoundingClientRect().height, font_size: size}; }""")
             assert box is not None, "no <math> with a fraction on the toy page"
             assert box["height"] > 1.3 * box["font_size"], box     # a fraction stacks: taller than a line
-            w.page.screenshot(path=str(shots / "toy.png"), full_page=True)
+            w.page.screenshot(path=str(shots / "toy.png"), full_page=True, animations="disabled")
             assert not w.problems, w.problems
         finally:
             context.close()
