@@ -13,8 +13,9 @@
   loaded, no console error, no request leaves 127.0.0.1, the formula is drawn as math,
   searching 流水线 finds the pipeline section; screenshots go to pytest's tmp folder.
 
-The hooks' unit tests are in the smoke set, the builds in the five-minute part, the browser
-test in the slow tier (marked `browser`; `python3 -m pytest`, what CI runs, includes it).
+The hooks' unit tests are in the smoke set, the notes' build and the broken build in the
+five-minute part, the small site's build and the browser test in the slow tier (the browser
+test marked `browser`; `python3 -m pytest`, what CI runs, includes both).
 Without the docs requirements (`pip install -r requirements-docs.txt`) these tests skip
 with that reason; the browser test skips where no chromium is installed (`.ci/run`
 installs it: apt-get install chromium).
@@ -257,6 +258,7 @@ def test_hook_drops_line_breaks_between_chinese_characters_only():
         "<p>拆到许多张卡上，拆开以后 and\n英文 words\nstay，（括号）</p><pre>代码\n里面</pre>"
 
 
+@pytest.mark.slow                       # its build is shared with the browser test below
 @needs_docs
 def test_the_toy_page_renders_its_table_figure_formulas_and_link(toy):
     html = (toy / "index.html").read_text(encoding="utf-8")
