@@ -15,12 +15,15 @@ compressing what workers send.
     演示 2（demo 2）：在第 1 讲的小 GPT 上做 4 个工作者的数据并行，每个工作者的梯度先压缩再"发送"：
       fp16、int8、top-1%、只发符号，有没有误差反馈（error feedback）；配 AdamW + 裁剪，以及普通 SGD；
       每一行和不压缩相比的配对差（paired difference），--seeds N 时给出种子之间的范围。
+    演示 3（demo 3，只在 --demo 3 时跑）：卡也不一样（算力、显存），阶段的层数不均匀；遗传算法、图划分
+      （HexiScale 式）、剪枝枚举（Metis 式）三种搜索，小实例上和证明过的最优比，另有"每张卡都一样"的对照。
 
 对应讲义 (notes): lectures/lecture09/05_decentralized.md 第 5 节
 
 运行 (run):
     python3 code/lecture09/05_decentralized.py             # 全部，时间见 README（2 核机器，中位数）
     python3 code/lecture09/05_decentralized.py --demo 1    # 只跑演示 1，几秒钟
+    python3 code/lecture09/05_decentralized.py --demo 3 --mix a100=8,t4=24   # 异构的卡（讲义 5.11 节）
     python3 code/lecture09/05_decentralized.py --demo 2 --seeds 3     # 每一行 3 组种子：平均和范围
     python3 code/lecture09/05_decentralized.py --demo 2 --topk-ratio 0.05 --steps 600
     python3 code/lecture09/05_decentralized.py --network aws-world   # Yuan et al. 实测的 8 城市网络
@@ -54,6 +57,7 @@ from lecture09.schedule import schedule_study  # noqa: F401  (the tests reach it
 from lecture09.compress import training_flags
 from lecture09.schedule.demo1_observations import demo1_observations
 from lecture09.schedule.demo1_tables import Progress, run_demo1  # noqa: F401  (Progress: the tests')
+from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
 from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
@@ -139,7 +143,8 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 5：去中心化训练 (lecture 9 code 5: decentralized training)",
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all",
+                   help="跑哪个演示 which demo；all = 演示 1 和 2，演示 3 只在 --demo 3 时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
@@ -172,6 +177,7 @@ def parse_args(argv=None):
                     help="持平局部搜索每次的提议数 proposals per sideways search (default %(default)s)")
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default %(default)s)")
+    g3 = demo3_flags.add_arguments(p)
     g2 = p.add_argument_group("演示 2 demo 2")
     training_flags.add_training_arguments(g2, d)
     g2.add_argument("--topk-ratio", type=ratio, default=d["topk_ratio"], help="top-k 保留的比例 (default %(default)s)")
@@ -209,11 +215,12 @@ def parse_args(argv=None):
     least_budget = schedule.genetic_population * (schedule.genetic_local_iters + 1)
     if schedule.genetic_budget < least_budget:
         p.error(f"--genetic-budget 至少要 {least_budget} (must be at least {least_budget})")
-    note = unused_flags_note(args, given_flags(p, argv), {a.dest for a in g1._group_actions},
-                             {a.dest for a in g2._group_actions})
+    given = given_flags(p, argv)
+    note = unused_flags_note(args, given, {a.dest for a in g1._group_actions}, {a.dest for a in g2._group_actions})
     if note:
         print(note, file=sys.stderr)
-    if args.demo == "1":   # pure arithmetic: no torch to import (about 1.5 s saved)
+    args.hetero = demo3_flags.hetero_setup(p, args, schedule, given, {a.dest for a in g3._group_actions})
+    if args.demo in ("1", "3"):   # pure arithmetic: no torch to import (about 1.5 s saved)
         return args, schedule, None
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
@@ -258,6 +265,8 @@ def main(argv=None):
             results["demo1"] = run_demo1(schedule)
             demo1_observations(schedule, results["demo1"])
             print()
+        if args.demo == "3":
+            results["demo3"] = demo3_flags.run_demo3(args.hetero)
         if args.demo in ("2", "all"):
             rows = demo2_report.print_demo2(compression, results_iter, started)
             demo2_report.demo2_observations(compression, rows)
