@@ -52,7 +52,7 @@ def test_quick_run_is_deterministic(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--topk-ratio", "0"], ["--topk-ratio", "1.5"],
-                                  ["--inter-gbps", "2", "1"], ["--inter-gbps", "-1", "1"], ["--demo", "3"],
+                                  ["--inter-gbps", "2", "1"], ["--inter-gbps", "-1", "1"], ["--demo", "4"],
                                   ["--network", "mars"], ["--jobs", "0"], ["--model-seed", "x"],
                                   ["--seeds", "0"], ["--seeds", "11"], ["--precision", "fp16"], ["--net-seed", "-1"],
                                   ["--global-batch", "30000000"], ["--inter-gbps", "1e300", "1e300"],

@@ -54,10 +54,10 @@ def hetero_setup(parser, args, schedule, given, demo3_dests):
         hetero = replace(hetero, **QUICK)
     least = schedule.genetic_population * (schedule.genetic_local_iters + 1)
     if hetero.budget < least:
-        parser.error(f"--hetero-budget 至少要 {least} (at least {least})")
+        parser.error(f"--hetero-budget 至少要 {least}")
     unknown = sorted(set(args.memory_gb) - set(hetero.cards))
     if unknown:
-        parser.error(f"--memory-gb: --mix 里没有 {unknown[0]} (not in the mix)")
+        parser.error(f"--memory-gb 的 {unknown[0]} 不在 --mix 里")
     why = refusal(hetero)
     if why:
         parser.error(why)

@@ -3,17 +3,20 @@ says only what its numbers show, on whichever branch they fall (lecture 9, §5.1
 """
 
 from lecture01.console import print_wrapped
-from lecture09.schedule.demo3_tables import NAMES, optimum_with_balancer, percent, print_demo3, seconds, study_with_progress
+from lecture09.schedule.demo3_tables import optimum_with_balancer, short_name, percent, print_demo3, seconds, study_with_progress
+from lecture09.schedule.hetero_cost import INFEASIBLE_PS
 from lecture09.schedule.hetero_study import SEARCHES
 
 
 def _short(name):
-    return NAMES[name].split(" ")[0]
+    return short_name(name)
 
 
 def small_observation(r):
     """Table (d): who reached the proven optimum, and what the balancer's split costs there."""
     inst = r.small
+    if inst is None:
+        return " 1. 表 (d)：小实例没有放得下的分配，这次没有证明过的最优可比。"
     opt = inst.results["optimum"]
     reached = [n for n in SEARCHES if inst.results[n].total_ps == opt.total_ps]
     missed = [n for n in SEARCHES if n not in reached]
@@ -98,11 +101,14 @@ def control_observation(r):
     diff = best.equal.total - homo.equal.total
     text += (f"对照（每张卡都一样）：混合卡上最好的分配在等卡世界里 {seconds(best.equal.total)} 秒，同卡最优 "
              f"{seconds(homo.equal.total)} 秒" + ("，一样快：两者的差别全来自卡不一样。" if diff == 0 else
-                                                f"，多 {diff:.2f} 秒：它为了迁就卡速付出的通信。"))
+                                                f"，多 {diff:.2f} 秒：它为了迁就卡的速度和显存付出的通信。"))
     return text
 
 
 def demo3_observations(r):
+    if r.large.best.total_ps >= INFEASIBLE_PS:
+        return ["\n观察 Observations（演示 3）：", small_observation(r),
+                " 2. 表 (e)：三种搜索都没有找到放得下的分配（显存不够），后面的比较都不做。"]
     return ["\n观察 Observations（演示 3）：", small_observation(r), large_observation(r),
             bottleneck_observation(r), control_observation(r)]
 

@@ -63,11 +63,11 @@ def parse_mix(text):
     for part in text.split(","):
         name, sep, count = part.strip().partition("=")
         if not sep or name not in CARDS:
-            raise ValueError(f"'{part[:12]}' 不是 卡=张数 (card=count)")
+            raise ValueError(f"'{part[:8]}' 不是 卡=张数")
         if name in seen:
-            raise ValueError(f"{name} 出现了两次 (named twice)")
+            raise ValueError(f"{name} 出现了两次")
         if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"{name} 的张数要是正整数 (a count)")
+            raise ValueError(f"{name} 的张数不是正整数")
         seen.add(name)
         mix.append((name, int(count)))
     return tuple(mix)
@@ -79,12 +79,12 @@ def parse_memory(text):
     for part in text.split(","):
         name, sep, gb = part.strip().partition("=")
         if not sep or name not in CARDS:
-            raise ValueError(f"'{part[:12]}' 不是 卡=GB (card=GB)")
+            raise ValueError("要写成 卡=GB")
         try:
             value = float(gb)
         except ValueError:
             value = -1.0
         if not 0 < value <= 1000:
-            raise ValueError(f"{name} 的显存要在 (0, 1000] GB")
+            raise ValueError(f"{name}={gb[:6]} 超出范围")   # (0, 1000] GB
         memory[name] = value
     return memory

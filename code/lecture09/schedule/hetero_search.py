@@ -132,10 +132,11 @@ def graph_partition(cost, budget, seeds):
     bandwidth = cost.net["bandwidth_bps"]
     graph = nx.Graph()
     graph.add_weighted_edges_from((d, e, bandwidth[d][e] / 1e9) for d, e in itertools.combinations(range(n), 2))
-    runs, used, best = [], 0, (INFEASIBLE_PS, None)
+    nothing = (INFEASIBLE_PS + 1, None)   # worse than any layout, feasible or not
+    runs, used, best = [], 0, nothing
     for seed in range(seeds):
         rng = random.Random(seed)
-        seed_best = (INFEASIBLE_PS, None)
+        seed_best = nothing
         for groups_are in ("pipelines", "stages"):
             def run():
                 if groups_are == "pipelines":
@@ -151,9 +152,9 @@ def graph_partition(cost, budget, seeds):
             (order, total), spent = _calls(cost, run)
             used += spent
             seed_best = min(seed_best, (total, tuple(order)))
-        runs.append(seed_best[0] / PS_PER_S)
+        runs.append(min(seed_best[0], INFEASIBLE_PS) / PS_PER_S)
         best = min(best, seed_best)
-    return SearchResult("graph", best[1], best[0], used, tuple(runs))
+    return SearchResult("graph", best[1], min(best[0], INFEASIBLE_PS), used, tuple(runs))
 
 
 # =============================================================================
@@ -270,5 +271,7 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None):
     except _BudgetSpent:
         finished = False
     name = "optimum" if every_partition else "enumeration"
+    if best[1] is None:   # nothing fits: any order stands for "infeasible"
+        best[1] = tuple(range(p * r_count))
     return SearchResult(name, best[1], best[0], cost.calls - start, (best[0] / PS_PER_S,), finished,
                         min(nodes[0], max_nodes or nodes[0]), best[2] if every_partition else None)

@@ -9,7 +9,7 @@ from lecture09.schedule import hetero_search
 from lecture09.schedule.device_figures import EQUAL_CARD
 from lecture09.schedule.geo_network import network_from_matrices
 from lecture09.schedule.hand_layouts import layout_stats
-from lecture09.schedule.hetero_cost import HeteroCost, layer_bytes, max_layers
+from lecture09.schedule.hetero_cost import INFEASIBLE_PS, HeteroCost, layer_bytes, max_layers
 from lecture09.schedule.layout_cost import assignment_from_order
 from lecture09.schedule.layout_optimum import optimal_layout
 from lecture09.schedule.schedule_setup import build_networks
@@ -55,7 +55,7 @@ class Demo3Result:
     hetero: object             # hetero_cost.HeteroSetup
     world: dict                # the network (demo 1's)
     max_layers: dict           # card -> layers it holds at demo 1's size
-    small: Instance
+    small: Instance | None     # None: no layout of the small instance fits (memory)
     large: Instance
     control: Control
 
@@ -141,6 +141,7 @@ def study(hetero, step=lambda text: None):
     s_cost = _cost(hetero, s_net, s_cards, s_setup, hetero.small_layers)
     small = _searches(hetero, s_cost, hetero.small_budget, 4, 100)
     small["optimum"] = hetero_search.enumerate_layouts(s_cost, every_partition=True)
+    small = Instance(s_cost, small) if small["optimum"].total_ps < INFEASIBLE_PS else None   # None: nothing fits
     step(f"演示 1 的规模 demo 1's size：{setup.n_stages} × {setup.n_replicas}，三种搜索")
     cost = _cost(hetero, net, hetero.cards, setup, hetero.n_layers)
     base = hetero.base
@@ -149,4 +150,4 @@ def study(hetero, step=lambda text: None):
     ctrl = control(hetero, net, cost, large.best.order, large.best.partitions)
     fits = {c: max_layers(setup, hetero.n_layers, setup.n_replicas, hetero.memory_of(c))
             for c in dict.fromkeys(hetero.cards)}
-    return Demo3Result(hetero, net, fits, Instance(s_cost, small), large, ctrl)
+    return Demo3Result(hetero, net, fits, small, large, ctrl)
