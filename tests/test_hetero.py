@@ -164,6 +164,20 @@ def test_the_proven_optimum_equals_the_brute_force_with_a_spare_device_and_tight
     assert math.isclose(optimum.total, brute_force(net, cards, setup, 2, 2, 5, memory), rel_tol=1e-9)
 
 
+def test_the_proven_optimum_equals_the_brute_force_when_two_replicas_take_the_same_classes():
+    """Pairs of identical cards per region: the enumeration's classes hold two devices, so
+    two replicas may be the same class sequence (the multiset must allow repeats)."""
+    net = _three_region_net([2, 2, 2], [[10, 1.0, 0.8], [1.0, 10, 0.6], [0.8, 0.6, 10]],
+                            [[0.1, 20, 40], [20, 0.1, 30], [40, 30, 0.1]])
+    cards = ["a100", "a100", "t4", "t4", "rtx3090", "rtx3090"]
+    setup = ScheduleSetup(n_stages=2, n_replicas=2, global_batch=256)
+    cost = HeteroCost(net, cards, setup, 2, 2, 5)
+    optimum = hetero_search.enumerate_layouts(cost, every_partition=True)
+    chains = [tuple(cost._kind[d] for d in cost.chain(optimum.order, r)) for r in range(2)]
+    assert chains[0] == chains[1]   # the case this test is for: both replicas the same classes
+    assert math.isclose(optimum.total, brute_force(net, cards, setup, 2, 2, 5), rel_tol=1e-9)
+
+
 def test_dp_with_misaligned_layers_by_hand():
     """2 replicas x 2 stages, 4 layers; replica 0 splits 1+3, replica 1 splits 3+1. Slots:
     (0,0)=dev0 (0,1)=dev1 (1,0)=dev2 (1,1)=dev3. Layer 0: {0, 1}; layers 1-2: {2, 1};
