@@ -52,6 +52,8 @@ SWEEPS = {
         ["--demo", "1", "--quick", "--second-batch", "0"], ["--demo", "1", "--quick", "--network", "aws-regional"],
         ["--demo", "1", "--quick", "--global-batch", "8", "--second-batch", "0", "--micro-batches", "1"],
         ["--demo", "1", "--quick", "--intra-gbps", "100000", "--inter-gbps", "100000", "100000"],
+        ["--demo", "3", "--quick", "--mix", "v100=32"], ["--demo", "3", "--quick", "--mix", "t4=32", "--memory-gb", "t4=13.5"],
+        ["--demo", "3", "--quick", "--mix", "a100=1,t4=31", "--network", "aws-regional", "--micro-batches", "8"],
     ],
     "06_swarm_http.py": [
         ["--quick", "--workers", "1", "--modes", "none"], ["--quick", "--update", "async", "--modes", "topk"],

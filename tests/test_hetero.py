@@ -297,6 +297,8 @@ def test_observations_when_the_best_layout_leaves_regions():
                                      "homo_balanced": ControlRow(b(40.0), b(58.0, 2.0), 24, 24),
                                      "mixed_best": ControlRow(b(45.5), b(50.0), 18, 24)})
     text = control_observation(R)
+    R.control.rows["homo_even"] = ControlRow(b(40.0), b(47.5), 24, 24)   # even stages beat the searches
+    assert "反而比三种搜索找到的最好还快 2.50 秒" in control_observation(R)
     assert "找到的最好分配 18/24——'流水线待在地区内'不再成立" in text
     assert "多 10.00 秒（+20.0%）" in text and "多 5.50 秒：它为了迁就卡的速度和显存付出的通信" in text
     assert "按卡速切层 58.00 秒" in text or "按卡速重切层 58.00 秒" in text

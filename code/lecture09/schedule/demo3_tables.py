@@ -6,7 +6,7 @@ read these tables are in demo3_observations.py. Pure arithmetic: no torch.
 import sys
 import time
 
-from lecture01.console import StatusLine, print_header, print_table, print_wrapped
+from lecture01.console import StatusLine, display_width, print_header, print_table, print_wrapped
 from lecture09.schedule.device_figures import CARDS, EQUAL_CARD
 from lecture09.schedule.hetero_cost import layer_bytes
 from lecture09.schedule.hetero_study import SEARCHES, study
@@ -26,7 +26,12 @@ def seconds(x):
 
 
 def percent(x):
-    return "—" if x != x or x == float("inf") else f"+{x * 100:.1f}%"
+    return "—" if x != x or x == float("inf") else f"{x * 100:+.1f}%"
+
+
+def _places(names):
+    text = "、".join(sorted(names))
+    return text if display_width(text) <= 16 else f"{len(names)} 个地区"
 
 
 def print_cards(r):
@@ -48,7 +53,7 @@ def print_cards(r):
         c = CARDS[card]
         d = h.cards.index(card)
         rows.append((card, f"{c.peak_tflops:g}", f"{c.peak_tflops * h.utilisation:.1f}", f"{h.memory_of(card):g}",
-                     str(r.max_layers[card]), str(h.cards.count(card)), "、".join(sorted(regions[card])),
+                     str(r.max_layers[card]), str(h.cards.count(card)), _places(regions[card]),
                      f"{cost.layer_ps[d] / 1e12:.2f}"))
     out("表 (c)　卡 cards（峰值：厂商资料里 16 位张量核心的稠密峰值，FP32 累加）")
     print_table(["卡", "峰值 TFLOP/s", "有效", "显存 GB", "放得下几层", "张数", "地区", "每层用时 秒"], rows)
