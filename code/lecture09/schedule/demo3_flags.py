@@ -30,10 +30,10 @@ def add_arguments(parser):
     """Demo 3's flags, in their own group (returned)."""
     g = parser.add_argument_group("演示 3 demo 3（异构的卡 mixed cards）")
     default_mix = ",".join(f"{name}={n}" for name, n in DEFAULT_MIX)
-    g.add_argument("--mix", type=_typed(parse_mix), default=DEFAULT_MIX, metavar="卡=张数,...",
-                   help=f"每种卡几张，按这个顺序填满地区；卡 cards: {', '.join(CARDS)} (default {default_mix})")
-    g.add_argument("--memory-gb", type=_typed(parse_memory), default={}, metavar="卡=GB,...",
-                   help="把某种卡的显存换成这个数，例如 t4=8 (default: 厂商的数 the vendor's)")
+    g.add_argument("--mix", type=_typed(parse_mix), default=default_mix, metavar="卡=张数,...",
+                   help=f"每种卡几张，按这个顺序填满地区；卡 cards: {', '.join(CARDS)} (default %(default)s)")
+    g.add_argument("--memory-gb", type=_typed(parse_memory), default=None, metavar="卡=GB,...",
+                   help="把某种卡的显存换成这个数，例如 t4=8 (default: 不写，厂商的数 the vendor's)")
     g.add_argument("--hetero-budget", type=int_in(1, MAX_BUDGET), default=HeteroSetup().budget,
                    help="演示 1 规模上每种搜索每次的代价计算次数 cost evaluations per search (default %(default)s)")
     return g
@@ -48,14 +48,15 @@ def hetero_setup(parser, args, schedule, given, demo3_dests):
             print("注意 note: 演示 3 的参数只在 --demo 3 时用，忽略 "
                   + " ".join("--" + d.replace("_", "-") for d in unused) + " (ignored)", file=sys.stderr)
         return None
-    hetero = HeteroSetup(base=schedule, mix=args.mix, memory_gb=tuple(sorted(args.memory_gb.items())),
+    memory = args.memory_gb or {}
+    hetero = HeteroSetup(base=schedule, mix=args.mix, memory_gb=tuple(sorted(memory.items())),
                          budget=args.hetero_budget)
     if args.quick:
         hetero = replace(hetero, **QUICK)
     least = schedule.genetic_population * (schedule.genetic_local_iters + 1)
     if hetero.budget < least:
         parser.error(f"--hetero-budget 至少要 {least}")
-    unknown = sorted(set(args.memory_gb) - set(hetero.cards))
+    unknown = sorted(set(memory) - set(hetero.cards))
     if unknown:
         parser.error(f"--memory-gb 的 {unknown[0]} 不在 --mix 里")
     why = refusal(hetero)
