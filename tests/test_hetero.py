@@ -336,3 +336,57 @@ def test_legal_extremes_run_and_print_within_100_columns(argv):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "观察 Observations（演示 3）" in done.stdout and "Traceback" not in done.stderr
     assert all(display_width(line) <= 100 for line in done.stdout.splitlines())
+
+
+def _fake_instance(totals, finished=True, n_stages=4, n_replicas=8, optimum=None):
+    """An Instance of made-up search results (observations read only totals, counts, flags)."""
+    from types import SimpleNamespace
+    from lecture09.schedule.hetero_search import SearchResult
+    from lecture09.schedule.hetero_study import Instance
+    results = {name: SearchResult(name, (), round(t * 1e12), n, (t,), finished if name == "enumeration" else True)
+               for (name, (t, n)) in totals.items()}
+    if optimum is not None:
+        results["optimum"] = SearchResult("optimum", (), round(optimum * 1e12), 10)
+    return Instance(SimpleNamespace(n_stages=n_stages, n_replicas=n_replicas), results)
+
+
+def test_large_observation_on_each_branch():
+    from types import SimpleNamespace
+    from lecture09.schedule.demo3_observations import large_observation
+    inst = _fake_instance({"genetic": (60.0, 900), "graph": (50.0, 100), "enumeration": (50.0, 40)}, finished=False)
+    text = large_observation(SimpleNamespace(large=inst))
+    assert "三者里最好的 50.00 秒来自图划分（100 次）、剪枝枚举（40 次）" in text
+    assert "遗传算法 60.00 秒、+20.0%（900 次）" in text and "没有走完，它的结果不是证明" in text
+    inst = _fake_instance({"genetic": (50.0, 900), "graph": (50.0, 100), "enumeration": (50.0, 40)})
+    text = large_observation(SimpleNamespace(large=inst))
+    assert "其余" not in text and "它证明了没有更好的" in text
+
+
+def test_small_observation_when_nothing_fits_and_the_infeasible_run():
+    from types import SimpleNamespace
+    from lecture09.schedule.demo3_observations import demo3_observations, small_observation
+    from lecture09.schedule.hetero_cost import INFEASIBLE_PS
+    assert "小实例没有放得下的分配" in small_observation(SimpleNamespace(small=None))
+    nothing = _fake_instance({n: (INFEASIBLE_PS / 1e12, 5) for n in ("genetic", "graph", "enumeration")})
+    lines = demo3_observations(SimpleNamespace(small=None, large=nothing))
+    assert len(lines) == 3 and "都没有找到放得下的分配" in lines[-1]
+
+
+@pytest.mark.parametrize("mix", [None, "a100=31,t4=1"])
+def test_the_bottleneck_sentence_is_its_rows_arithmetic(mix):
+    """Observation 3: layers x seconds per layer x (M+P-1)/M is the printed compute, and the
+    count of tied stages is the count of stages that slow."""
+    from lecture09.schedule.demo3_observations import bottleneck_observation
+    r = study(quick(mix))
+    cost, best = r.large.cost, r.large.best
+    b = cost.breakdown(best.order, best.partitions)
+    text = bottleneck_observation(r)
+    m = re.search(r"计算 ([\d.]+) 秒来自最慢的阶段（(?:共 (\d+) 个一样慢，例如)?副本 (\d+) 的阶段 (\d+)）：(\S+) 上 (\d+) 层", text)
+    assert m and float(m.group(1)) == round(b.compute, 2)
+    rep, s, n = int(m.group(3)), int(m.group(4)), int(m.group(6))
+    d = cost.chain(best.order, rep)[s]
+    assert m.group(5) == cost.cards[d] and b.partitions[rep][s] == n
+    assert round(n * cost.layer_ps[d] * cost.bubble) == round(b.compute * 1e12)
+    times = [k * cost.layer_ps[cost.chain(best.order, r_)[s_]] for r_, parts in enumerate(b.partitions)
+             for s_, k in enumerate(parts)]
+    assert int(m.group(2) or 1) == times.count(max(times))
