@@ -33,7 +33,7 @@ def add_arguments(parser):
     g.add_argument("--mix", type=_typed(parse_mix), default=default_mix, metavar="卡=张数,...",
                    help=f"每种卡几张，按这个顺序填满地区；卡 cards: {', '.join(CARDS)} (default %(default)s)")
     g.add_argument("--memory-gb", type=_typed(parse_memory), default=None, metavar="卡=GB,...",
-                   help="把某种卡的显存换成这个数，例如 t4=8 (default: 不写，厂商的数 the vendor's)")
+                   help="把某种卡的显存换成这个数 a card's memory, GB，例如 t4=8 (default: 不写，用厂商的数)")
     g.add_argument("--hetero-budget", type=int_in(1, MAX_BUDGET), default=HeteroSetup().budget,
                    help="演示 1 规模上每种搜索每次的代价计算次数 cost evaluations per search (default %(default)s)")
     return g
