@@ -275,7 +275,7 @@ def test_observations_on_a_mix_where_every_search_reaches_the_optimum(all_fast_r
     small = all_fast_run.small
     assert all(small.gap(n) == 0 for n in ("genetic", "graph", "enumeration"))
     assert "到了最优的：遗传算法、图划分、剪枝枚举" in text and "没到的" not in text
-    assert "一样快：这个实例上切层不是搜索差的原因" in text
+    assert "最优的放法配上负载均衡器的切层也一样快" in text
     ctl = all_fast_run.control.rows
     if ctl["homo_even"].mixed.total == ctl["mixed_best"].mixed.total:
         assert "就是找到的最好" in text

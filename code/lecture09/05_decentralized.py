@@ -240,7 +240,7 @@ def unused_flags_note(args, given, demo1_dests, demo2_dests):
     def names(dests):
         return " ".join("--" + dest.replace("_", "-") for dest in sorted(dests))
 
-    ignored = (demo2_dests if args.demo == "1" else demo1_dests if args.demo == "2" else set()) & given
+    ignored = (demo2_dests if args.demo in ("1", "3") else demo1_dests if args.demo == "2" else set()) & given
     overridden = (set(QUICK_OVERRIDES) & given) - ignored if args.quick else set()
     parts = []
     if ignored:

@@ -32,8 +32,10 @@ def small_observation(r):
                  f"{seconds(ctl.total)} 秒（计算 {seconds(ctl.compute)}、dp {seconds(ctl.dp)}）：只改切层就差 "
                  f"{ctl.total - opt.total:.2f} 秒。均衡器只看每条流水线自己的计算，不看数据并行：各副本的层边界"
                  "对不对得齐，它不管。")
-    else:
+    elif missed:
         text += "最优的放法配上负载均衡器的切层一样快：这个实例上切层不是搜索差的原因。"
+    else:
+        text += "最优的放法配上负载均衡器的切层也一样快。"
     return text
 
 
