@@ -390,3 +390,16 @@ def test_the_bottleneck_sentence_is_its_rows_arithmetic(mix):
     times = [k * cost.layer_ps[cost.chain(best.order, r_)[s_]] for r_, parts in enumerate(b.partitions)
              for s_, k in enumerate(parts)]
     assert int(m.group(2) or 1) == times.count(max(times))
+
+
+@pytest.mark.parametrize("with_balancer, words", [(50.0, "这个实例上切层不是搜索差的原因"), (58.0, "只改切层就差 8.00 秒")])
+def test_small_observation_when_a_search_misses_with_or_without_the_split_to_blame(with_balancer, words):
+    from types import SimpleNamespace
+    from lecture09.schedule.demo3_observations import small_observation
+    from lecture09.schedule.hetero_cost import Breakdown
+    from lecture09.schedule.hetero_study import Instance
+    inst = _fake_instance({"genetic": (55.0, 900), "graph": (50.0, 60), "enumeration": (50.0, 40)}, optimum=50.0)
+    cost = SimpleNamespace(breakdown=lambda order, partitions=None: Breakdown(20.0, with_balancer - 25.0, 5.0,
+                                                                               with_balancer, True, ()))
+    text = small_observation(SimpleNamespace(small=Instance(cost, inst.results)))
+    assert "到了最优的：图划分、剪枝枚举。" in text and "没到的：遗传算法 +10.0%（900 次）" in text and words in text
