@@ -72,7 +72,7 @@ def bottleneck_observation(r):
     return (f" 3. 表 (e) 最好的分配里，计算 {seconds(b.compute)} 秒来自最慢的阶段（{who}）：{cost.cards[d]} 上 {n} 层 × "
             f"{cost.layer_ps[d] / 1e12:.2f} 秒 × (M+P−1)/M（{m + cost.n_stages - 1}/{m}）。数据并行等最慢的副本，"
             "别的卡再快也没用。假设：同一地区里没有更快的卡可以和它搭档时，要它少放层，就得把流水线跨地区拼起来、"
-            "多付 pp——练习 3 拿 --mix 去试。")
+            "多付 pp——5.11 节的练习 12 拿 --mix 去试。")
 
 
 def control_observation(r):
