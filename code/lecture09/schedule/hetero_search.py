@@ -138,19 +138,16 @@ def graph_partition(cost, budget, seeds):
         rng = random.Random(seed)
         seed_best = nothing
         for groups_are in ("pipelines", "stages"):
-            def run():
-                if groups_are == "pipelines":
-                    groups = _bisect_into(graph, range(n), r_count, p, rng, kernighan_lin_bisection)
-                    order = [groups[r][s] for s in range(p) for r in range(r_count)]
-                else:
-                    groups = _bisect_into(graph, range(n), p, r_count, rng, kernighan_lin_bisection)
-                    order = [d for group in groups for d in group]
-                order, total = _best_stage_orders(cost, order)
-                spent = cost.calls - start
-                return _trade_inside_regions(cost, order, total, budget // 2 - spent)
             start = cost.calls
-            (order, total), spent = _calls(cost, run)
-            used += spent
+            if groups_are == "pipelines":   # D_DP groups of D_PP cards: each group one pipeline
+                groups = _bisect_into(graph, range(n), r_count, p, rng, kernighan_lin_bisection)
+                order = [groups[r][s] for s in range(p) for r in range(r_count)]
+            else:                           # D_PP groups of D_DP cards: each group one stage's DP group
+                groups = _bisect_into(graph, range(n), p, r_count, rng, kernighan_lin_bisection)
+                order = [d for group in groups for d in group]
+            order, total = _best_stage_orders(cost, order)
+            order, total = _trade_inside_regions(cost, order, total, budget // 2 - (cost.calls - start))
+            used += cost.calls - start
             seed_best = min(seed_best, (total, tuple(order)))
         runs.append(min(seed_best[0], INFEASIBLE_PS) / PS_PER_S)
         best = min(best, seed_best)
