@@ -234,11 +234,11 @@ class SwarmHandler(BaseHTTPRequestHandler):
         worker = self.headers.get("X-Worker-Id")
         worker = worker if worker and WORKER_ID_PATTERN.fullmatch(worker) else None
         try:
-            body, version, done, in_round = swarm.weights_body(after, self._client_gone, worker)
+            body, version, done, in_round, epoch = swarm.weights_body(after, self._client_gone, worker)
         finally:
             if after is not None:
                 self.server.long_polls.release()
-        headers = {"X-Model-Version": str(version), "X-Training-Done": "1" if done else "0"}
+        headers = {"X-Model-Version": str(version), "X-Training-Done": "1" if done else "0", **epoch}
         if worker is not None:   # whether this worker's upload is in the current round
             headers["X-In-Round"] = "1" if in_round else "0"
         self._reply(200, body, "application/octet-stream", headers)

@@ -6,6 +6,7 @@ Introduced in lecture 9, §6. The checks it runs are the ones swarm_protocol.py 
 """
 
 import math
+import secrets
 import threading
 import time
 from collections import Counter, deque
@@ -94,6 +95,12 @@ class ParameterServer:
         self.timeline = []         # (version, workers, how): every round's step, for the demo
         self.round_started_s = None
         self.resumed_from = None     # (path, version) when started from a checkpoint
+        # Each start of a server is an epoch: a worker that sees a new epoch learns from
+        # epoch_start what the new server holds (every upload for a version below it, and
+        # the round in progress) and rolls back its error feedback for the rest (item 1).
+        self.epoch = secrets.token_hex(4)
+        self.epoch_start = (0, frozenset())   # (version, workers in the round) at this start
+        self.checkpoint_versions = deque(maxlen=swarm_checkpoint.KEEP)   # versions of the kept ones
         # a robust aggregator (robust.aggregators) replaces the mean of a round; centered
         # clipping keeps its center from round to round, so it is built once
         self.combine = None
@@ -113,15 +120,22 @@ class ParameterServer:
         return (worker is not None and self.config.update == "sync" and after == self.version
                 and worker not in self.round)
 
+    def resume_floor(self):
+        """The oldest version a restart of this server can go back to (the lock held): its
+        oldest kept checkpoint, or the current version if it has written none. A worker
+        needs its error-feedback history back to here, no further."""
+        return min(self.checkpoint_versions, default=self.version)
+
     def weights_body(self, after=None, client_gone=lambda: False, worker=None):
         """(safetensors bytes, version, done, in_round); with `after`, wait (at most
         long_poll_s) for a newer version first, checking every half second whether the
-        client left. A worker whose upload for `after` is not in the round is answered at
-        once (in_round False): waiting would never end."""
+        client left. Answered at once, because waiting would never end: a worker whose
+        upload for `after` is not in the round (in_round False), and a worker whose
+        `after` is ahead of the server (it restarted from an older checkpoint)."""
         with self.changed:
             if after is not None:
                 end_s = time.monotonic() + self.config.long_poll_s
-                while not (self.version > after or self.done or self.closing or self.lost_upload(worker, after)):
+                while not (self.version != after or self.done or self.closing or self.lost_upload(worker, after)):
                     left_s = end_s - time.monotonic()
                     if left_s <= 0 or client_gone():
                         break
@@ -130,7 +144,18 @@ class ParameterServer:
             if self._weights_cache[0] != version:
                 tensors = {name: p.detach().clone() for name, p in self.params.items()}
                 self._weights_cache = (version, safetensors_bytes(tensors))
-            return self._weights_cache[1], version, done, in_round
+            return self._weights_cache[1], version, done, in_round, self.epoch_headers(worker)
+
+    def epoch_headers(self, worker=None):
+        """What a worker needs to notice a restart (the lock held): this start's epoch id,
+        the version it started at and (for a named worker) whether that worker's upload
+        was in the round it started with; and how far back a restart can go."""
+        start_version, start_round = self.epoch_start
+        headers = {"X-Server-Epoch": self.epoch, "X-Epoch-Start": str(start_version),
+                   "X-Resume-Floor": str(self.resume_floor())}
+        if worker is not None:
+            headers["X-Epoch-Start-In-Round"] = "1" if worker in start_round else "0"
+        return headers
 
     def status(self):
         """The /status answer; every number in it is finite (JSON has no inf or NaN)."""
@@ -194,7 +219,7 @@ class ParameterServer:
             if self.config.update == "async":
                 age = self.version - upload.version
                 self._step([dense], [upload.loss], lr_factor=1.0 / (1 + age))
-                return {"accepted": True, "applied": True, "version": self.version}
+                return {"accepted": True, "applied": True, "version": self.version, **self._epoch_answer(upload)}
             self.round[upload.worker_id] = (dense, upload.loss)
             self._saw(upload.worker_id)
             if len(self.round) == 1:
@@ -211,7 +236,14 @@ class ParameterServer:
             applied = how is not None
             if applied:
                 self._step_round(how)
-            return {"accepted": True, "applied": applied, "version": self.version}
+            return {"accepted": True, "applied": applied, "version": self.version, **self._epoch_answer(upload)}
+
+    def _epoch_answer(self, upload):
+        """epoch_headers' facts in a 200 answer's JSON (an upload can reach a restarted
+        server without a pull in between)."""
+        start_version, start_round = self.epoch_start
+        return {"epoch": self.epoch, "epoch_start": start_version,
+                "epoch_start_in_round": upload.worker_id in start_round, "resume_floor": self.resume_floor()}
 
     def _admit(self, upload):
         check_version(upload, self.version, self.done, self.config.update, self.config.max_staleness, self.round)
@@ -357,6 +389,7 @@ class ParameterServer:
     def _checkpoint(self):
         self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
         self.counts["checkpoints"] += 1
+        self.checkpoint_versions.append(self.version)
 
     def checkpoint(self):
         """Write a checkpoint now (the round in progress included); (path, bytes, seconds)."""
@@ -387,6 +420,8 @@ class ParameterServer:
                 aggregators.load_state(self.combine, state["aggregator"])
             self._weights_cache = (None, b"")
             self.resumed_from = (path, self.version)
+            self.epoch_start = (self.version, frozenset(self.round))
+            self.checkpoint_versions.append(self.version)
             if self.round:
                 self.round_started_s = time.monotonic()
                 self._start_deadline(self.version)
