@@ -33,6 +33,10 @@ class CheckpointError(Exception):
     exit_status = 2
 
 
+class CheckpointWriteError(Exception):
+    """A checkpoint that could not be written (a full disk, a read-only folder): one line."""
+
+
 def checkpoint_path(directory, version):
     return Path(directory) / f"checkpoint-{version:06d}.pt"
 
@@ -63,11 +67,15 @@ def write_atomically(path, data):
     """data to path: a temporary file in the same folder, fsync, rename; then the folder."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:   # a full disk, a read-only folder: no partial file stays behind
+        temporary.unlink(missing_ok=True)
+        raise
     if os.name == "posix":   # the rename itself reaches the disk (Windows cannot open a folder)
         folder = os.open(path.parent, os.O_RDONLY)
         try:

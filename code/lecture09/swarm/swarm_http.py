@@ -390,7 +390,8 @@ class RunningServer:
         """A graceful stop (SIGTERM, Ctrl-C): accept nothing new, let what is in flight finish
         (waiting long polls answer at once; at most STOP_DRAIN_S), then write a checkpoint
         of everything, the round in progress included. Returns (path, bytes, seconds) or None
-        without a checkpoint folder; in-flight requests still running after the drain time
+        without a checkpoint folder; swarm_checkpoint.CheckpointWriteError if it cannot be
+        written. In-flight requests still running after the drain time
         are cut off (an upload not yet in the round is lost, as if it never arrived)."""
         self.swarm.close()            # long polls return now; a round deadline no longer fires
         self.httpd.shutdown()         # serve_forever returns: no new connection is accepted
@@ -399,6 +400,7 @@ class RunningServer:
         slots = self.swarm.config.connection_slots
         while self.httpd.connections._value < slots and time.monotonic() < end_s:
             time.sleep(0.02)
-        saved = self.swarm.checkpoint() if self.swarm.config.checkpoint_dir else None
-        self.httpd.server_close()
-        return saved
+        try:
+            return self.swarm.checkpoint() if self.swarm.config.checkpoint_dir else None
+        finally:
+            self.httpd.server_close()

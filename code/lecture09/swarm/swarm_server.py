@@ -7,6 +7,7 @@ Introduced in lecture 9, §6. The checks it runs are the ones swarm_protocol.py 
 
 import math
 import secrets
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -90,6 +91,7 @@ class ParameterServer:
         self._weights_cache = (None, b"")
         self._backup_buffers = None  # _backup's copies of the weights and optimizer state
         self.last_checkpoint = None  # (path, bytes, seconds) of the last one written
+        self.last_checkpoint_error = None  # why the last failed write failed, for /status
         self.seen = {}             # worker id -> the server's version at its last upload or stale try
         self.recent_rounds = deque(maxlen=ROUND_HISTORY)
         self.timeline = []         # (version, workers, how): every round's step, for the demo
@@ -172,6 +174,7 @@ class ParameterServer:
                 "last_loss": loss,
                 "health": "ok" if finite else "non-finite weights",
                 "last_skipped_step": self.last_skip,
+                "last_checkpoint_error": self.last_checkpoint_error,
                 "done": self.done,
                 "counts": dict(self.counts),
                 "membership": self._membership(),
@@ -386,15 +389,29 @@ class ParameterServer:
         from lecture09.robust import aggregators
         return aggregators.state_of(self.combine)
 
-    def _checkpoint(self):
-        self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
+    def _checkpoint(self, log=True):
+        """Write one; a write that fails (a full disk, a read-only folder) does not stop the
+        server nor lose the answer of the upload whose step triggered it: it is counted
+        (counts["checkpoint_failures"]), shown in /status and logged in one line. Returns
+        whether it was written."""
+        try:
+            self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
+        except OSError as error:
+            self.counts["checkpoint_failures"] += 1
+            self.last_checkpoint_error = f"version {self.version}: {error.strerror or type(error).__name__}"[:60]
+            if log:
+                print(f"检查点没写成 checkpoint failed at {self.last_checkpoint_error}", file=sys.stderr, flush=True)
+            return False
         self.counts["checkpoints"] += 1
         self.checkpoint_versions.append(self.version)
+        return True
 
     def checkpoint(self):
-        """Write a checkpoint now (the round in progress included); (path, bytes, seconds)."""
+        """Write a checkpoint now (the round in progress included); (path, bytes, seconds).
+        CheckpointWriteError (one line) if it could not be written."""
         with self.lock:
-            self._checkpoint()
+            if not self._checkpoint(log=False):   # the caller says it, in its own line
+                raise swarm_checkpoint.CheckpointWriteError(self.last_checkpoint_error)
             return self.last_checkpoint
 
     def restore(self, where):
