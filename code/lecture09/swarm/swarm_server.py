@@ -418,10 +418,12 @@ class ParameterServer:
         """Go on from the checkpoint in `where` (a file, or a folder's newest): weights,
         AdamW state, version, the round in progress, losses and counts."""
         state, path = swarm_checkpoint.load(where)
+        order = {id(p): name for name, p in self.params.items()}
+        swarm_checkpoint.check_contents(state, path.name, self.shapes,
+                                        [order[id(p)] for g in self.optimizer.param_groups for p in g["params"]],
+                                        self.config.total_updates)
         swarm_checkpoint.check_settings(state, self.config)
         with self.changed:
-            if set(state["weights"]) != set(self.params):
-                raise swarm_checkpoint.CheckpointError(f"{path.name} holds another model's parameters")
             with torch.no_grad():
                 for name, p in self.params.items():
                     p.copy_(state["weights"][name])
