@@ -223,3 +223,26 @@ def test_a_checkpoint_without_the_wire_settings_still_resumes():
     swarm_checkpoint.check_settings({"settings": settings}, config)
     with pytest.raises(swarm_checkpoint.CheckpointError, match="--compression topk, not topk-int8"):
         swarm_checkpoint.check_settings({"settings": dict(settings, compression="topk")}, config)
+
+
+# --- item 9: dead writers' temporary files; versions past 999,999 ---------------------------
+
+def test_checkpoints_sort_by_version_past_a_million(tmp_path):
+    """Today the names sorted as text: retention deleted checkpoint-1000000.pt (the newest)
+    and --resume loaded checkpoint-999999.pt."""
+    for version in (999_998, 999_999, 1_000_000):
+        swarm_checkpoint.save({"version": version}, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1000000.pt", "checkpoint-999999.pt"]
+    state, path = swarm_checkpoint.load(tmp_path)
+    assert state["version"] == 1_000_000 and path.name == "checkpoint-1000000.pt"
+
+
+def test_a_dead_writers_temporary_file_is_removed_and_a_live_ones_kept(tmp_path):
+    import subprocess
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    (tmp_path / f".checkpoint-000003.pt.{dead_pid}.tmp").write_bytes(b"half a checkpoint")
+    live = tmp_path / f".checkpoint-000003.pt.{os.getppid()}.tmp"   # our parent: running
+    live.write_bytes(b"being written")
+    swarm_checkpoint.save({"version": 4}, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"checkpoint-000004.pt", live.name}

@@ -15,6 +15,7 @@ one line instead of being half-loaded. The folder keeps the newest KEEP files.
 import hashlib
 import io
 import os
+import re
 import time
 from pathlib import Path
 
@@ -44,9 +45,41 @@ def checkpoint_path(directory, version):
     return Path(directory) / f"checkpoint-{version:06d}.pt"
 
 
+NAME = re.compile(r"checkpoint-([0-9]{1,18})\.pt")
+TEMPORARY = re.compile(r"\.checkpoint-[0-9]{1,18}\.pt\.([0-9]{1,10})\.tmp")
+
+
 def checkpoints_in(directory):
-    """The folder's checkpoints, oldest first (the version is in the name, zero-padded)."""
-    return sorted(Path(directory).glob(PATTERN))
+    """The folder's checkpoints, oldest first, by the version in the name as a number (as
+    text, checkpoint-1000000.pt would sort before checkpoint-999999.pt)."""
+    found = [(int(m.group(1)), path) for path in Path(directory).glob(PATTERN)
+             if (m := NAME.fullmatch(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def remove_dead_temporaries(directory):
+    """Delete the temporary files of writers that died mid-write (SIGKILL, power loss):
+    the process id in the name is no longer running. Returns how many."""
+    removed = 0
+    for path in Path(directory).glob(".checkpoint-*.tmp"):
+        found = TEMPORARY.fullmatch(path.name)
+        if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+            continue
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid):
+    if os.name != "posix":
+        return True               # no cheap check: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def encode(state):
@@ -97,6 +130,7 @@ def save(state, directory):
     write_atomically(path, data)
     for old in checkpoints_in(directory)[:-KEEP]:
         old.unlink(missing_ok=True)
+    remove_dead_temporaries(directory)
     return path, len(data), time.perf_counter() - start_s
 
 
