@@ -206,14 +206,22 @@ class ParameterServer:
             try:
                 self._admit(upload)
             except Rejection as rejection:
-                if rejection.code == "stale_version":
-                    self._saw(upload.worker_id)   # alive, and late: expected from now on
-                raise
-        # Decoding is the slow part; it runs outside the lock, on a private copy.
-        dense = check_payload(body, self.shapes, upload.compression,
-                              self.config.topk_ratio if self.config.compression is not None else None)
-        check_format(upload.compression, self.config.compression)
-        dense, norm = clipped(dense, self.config.upload_clip_norm)
+                if rejection.code != "stale_version":
+                    raise
+                stale = rejection
+            else:
+                stale = None
+        if stale is not None:
+            # Alive, and late: expected from now on, but only if what it sent is an upload
+            # (a garbage body must not make every round wait for this id; issue 45, item 7).
+            try:
+                self._decode(upload, body)
+            except Rejection:
+                raise stale from None
+            with self.lock:
+                self._saw(upload.worker_id)
+            raise stale
+        dense, norm = self._decode(upload, body)
         with self.changed:
             self._admit(upload)   # again: the version may have moved while we decoded
             self.counts["accepted"] += 1
@@ -247,6 +255,14 @@ class ParameterServer:
         start_version, start_round = self.epoch_start
         return {"epoch": self.epoch, "epoch_start": start_version,
                 "epoch_start_in_round": upload.worker_id in start_round, "resume_floor": self.resume_floor()}
+
+    def _decode(self, upload, body):
+        """Checks 7 and 8 and the clip: (dense gradients, norm before clipping). Decoding is
+        the slow part; it runs outside the lock, on a private copy."""
+        dense = check_payload(body, self.shapes, upload.compression,
+                              self.config.topk_ratio if self.config.compression is not None else None)
+        check_format(upload.compression, self.config.compression)
+        return clipped(dense, self.config.upload_clip_norm)
 
     def _admit(self, upload):
         check_version(upload, self.version, self.done, self.config.update, self.config.max_staleness, self.round)

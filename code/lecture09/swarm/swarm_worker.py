@@ -105,8 +105,7 @@ def load_weights(model, body):
     try:
         tensors = safetensors_load(body)
     except Exception as error:   # safetensors raises its own SafetensorError (and others) on junk
-        raise BadAnswer(f"GET /weights answered 200 with {len(body):,} bytes that are not safetensors "
-                        f"({type(error).__name__})") from None
+        raise BadAnswer(f"GET /weights: 200 with {len(body):,} bytes that are not safetensors") from None
     params = dict(model.named_parameters())
     if set(tensors) != set(params):
         raise BadAnswer("the server's parameters do not match this worker's model")
@@ -123,7 +122,7 @@ def int_header(headers, name, answer="GET /weights"):
     """A non-negative integer header of a 200 answer, or BadAnswer in one line."""
     value = headers.get(name) if headers is not None else None
     if value is None or not value.strip().isdigit() or len(value.strip()) > 18:
-        raise BadAnswer(f"{answer} answered 200 without a usable {name} header (got {value!r:.40})")
+        raise BadAnswer(f"{answer}: 200 without a usable {name} (got {value!r:.20})")
     return int(value)
 
 
