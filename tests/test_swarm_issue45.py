@@ -206,3 +206,33 @@ def test_polls_ahead_of_the_server_are_answered_at_once_and_hold_no_thread():
         assert running.httpd.long_polls._value == running.swarm.config.long_poll_slots
     finally:
         running.close()
+
+
+# --- item 11 --------------------------------------------------------------------------------
+
+def test_a_head_may_hold_64_kib_of_header_lines_in_all():
+    """Two 40 KB header lines: each under the line limit, together over the block's (today
+    accepted: 100 such lines, 6.5 MB, could be held by one unfinished request)."""
+    import io
+    from lecture09.swarm.swarm_head import MAX_HEADER_BYTES, read_head
+    head = b"GET /status HTTP/1.1\r\n" + (b"X-Pad: " + b"a" * 40_000 + b"\r\n") * 2 + b"\r\n"
+    with pytest.raises(Rejection) as refused:
+        read_head(io.BytesIO(head).readline)
+    assert refused.value.code == "headers_too_large" and MAX_HEADER_BYTES == 65_536
+    fits = b"GET /status HTTP/1.1\r\n" + (b"X-Pad: " + b"a" * 30_000 + b"\r\n") * 2 + b"\r\n"
+    assert len(read_head(io.BytesIO(fits).readline).headers) == 2
+
+
+def test_an_unfinished_head_past_the_bound_is_answered_431_at_once():
+    running = running_server(request_deadline_s=600)
+    try:
+        host, port = running.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /gradients HTTP/1.1\r\n" + (b"X-Pad: " + b"a" * 40_000 + b"\r\n") * 2)
+            answer = b""                # no blank line sent: the head is unfinished
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 431 ") and b"headers_too_large" in answer, answer[:200]
+        assert post(running, body_for(running.swarm))[0] == 200
+    finally:
+        running.close()
