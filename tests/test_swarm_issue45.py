@@ -236,3 +236,59 @@ def test_an_unfinished_head_past_the_bound_is_answered_431_at_once():
         assert post(running, body_for(running.swarm))[0] == 200
     finally:
         running.close()
+
+
+# --- item 3 ---------------------------------------------------------------------------------
+
+def krum_round():
+    """f = 2, n = 7: five honest top-k uploads (each its own gradient) and two colluders
+    sending the same vector, minus the first honest worker's top-k gradient."""
+    from lecture09.robust import aggregators
+    server = ParameterServer(ServerConfig(world_size=7, steps=100, round_deadline_s=600, compression="topk",
+                                          aggregator="krum", byzantine=2))
+    honest = [body_for(server, seed) for seed in range(5)]
+    liar = c.payload_to_bytes({key: -t if key.endswith("::val") else t
+                               for key, t in c.payload_from_bytes(honest[0]).items()})
+    return server, honest, liar, aggregators
+
+
+def test_krum_picks_two_identical_liars_when_they_are_let_in():
+    """Why the server refuses an identical second upload: Krum scores each upload by its
+    distance to its n - f - 2 nearest others; two copies are 0 apart, so the copy wins."""
+    server, honest, liar, aggregators = krum_round()
+    names = list(server.shapes)
+    flat = [torch.cat([server._decode(Upload("x", 0, "topk", 3.0), body)[0][n].reshape(-1) for n in names])
+            for body in honest + [liar, liar]]
+    krum = aggregators.make("krum", f=2)
+    assert torch.equal(krum(flat), flat[5]) and krum.chosen == [5]          # the liar's vector
+    sixth = torch.cat([server._decode(Upload("x", 0, "topk", 3.0), body_for(server, 5))[0][n].reshape(-1)
+                       for n in names])
+    krum(flat[:6] + [sixth])
+    assert krum.chosen != [5]                                               # one liar alone: not picked
+    server.close()
+
+
+def test_a_round_with_a_robust_aggregator_refuses_a_second_identical_upload():
+    """Today the second copy was accepted and Krum stepped along the liars' vector."""
+    server, honest, liar, _ = krum_round()
+    chosen = []
+    combine = server.combine
+
+    def recording(vectors):
+        out = combine(vectors)
+        chosen.append((combine.chosen, len(vectors)))
+        return out
+    server.combine = recording
+    try:
+        for worker, body in zip("abcde", honest):
+            up(server, worker, body=body)
+        up(server, "x", body=liar)
+        with pytest.raises(Rejection) as refused:
+            up(server, "y", body=liar)
+        assert (refused.value.code, refused.value.status) == ("duplicate_upload", 409)
+        assert "worker x's" in refused.value.reason and sorted(server.round) == list("abcdex")
+        assert up(server, "f", body=body_for(server, 5))["applied"] is True   # the seventh, honest
+        (picked, n), = chosen         # workers in id order a, b, c, d, e, f, x
+        assert n == 7 and picked != [6]   # Krum picked an honest upload, not x's
+    finally:
+        server.close()

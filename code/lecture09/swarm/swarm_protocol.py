@@ -172,6 +172,7 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "future_version": (409, REPULL),   # pull the newer weights, compute again
     "stale_version": (409, REPULL),
     "repeat_in_round": (409, WAIT),    # this worker is in the round already: wait for the step
+    "duplicate_upload": (409, WAIT),   # robust aggregator: another worker sent this very gradient
     "training_done": (409, REPULL),    # the pull then reports done and the worker stops
     "bad_payload": (400, STOP),
     "wrong_compression": (400, STOP),  # not the swarm's wire format (ServerConfig.compression)

@@ -81,6 +81,9 @@ class ParameterServer:
         self.changed = threading.Condition(self.lock)   # long polls wait on it
         self.version = 0
         self.round = {}            # worker id -> (dense gradients, loss), current version only
+        # worker id -> digest of its upload, with a robust aggregator: two identical uploads
+        # are the cheapest collusion (Krum scores them 0 apart and picks them; issue 45, item 3)
+        self.round_digests = {}
         self.round_timer = None
         self.last_loss = None
         self.step_losses = []      # mean worker loss of every step, in step order
@@ -222,8 +225,12 @@ class ParameterServer:
                 self._saw(upload.worker_id)
             raise stale
         dense, norm = self._decode(upload, body)
+        digest = self._digest(dense) if self._dedupe else None
         with self.changed:
             self._admit(upload)   # again: the version may have moved while we decoded
+            if digest is not None and digest in self.round_digests.values():
+                twin = next(w for w, d in self.round_digests.items() if d == digest)
+                raise Rejection("duplicate_upload", f"the same gradient as worker {twin}'s in this round")
             self.counts["accepted"] += 1
             if norm > self.config.upload_clip_norm:
                 self.counts["clipped_uploads"] += 1
@@ -232,6 +239,8 @@ class ParameterServer:
                 self._step([dense], [upload.loss], lr_factor=1.0 / (1 + age))
                 return {"accepted": True, "applied": True, "version": self.version, **self._epoch_answer(upload)}
             self.round[upload.worker_id] = (dense, upload.loss)
+            if digest is not None:
+                self.round_digests[upload.worker_id] = digest
             self._saw(upload.worker_id)
             if len(self.round) == 1:
                 self.round_started_s = time.monotonic()
@@ -264,6 +273,21 @@ class ParameterServer:
         check_format(upload.compression, self.config.compression)
         return clipped(dense, self.config.upload_clip_norm)
 
+    @property
+    def _dedupe(self):
+        """Whether a round refuses a second identical upload (sync, robust aggregator)."""
+        return self.combine is not None and self.config.update == "sync"
+
+    @staticmethod
+    def _digest(dense):
+        """SHA-256 of an upload's decoded (clipped) gradient, in name order: two workers that
+        send the same vector get the same digest whatever their bytes looked like."""
+        import hashlib
+        digest = hashlib.sha256()
+        for name in sorted(dense):
+            digest.update(dense[name].contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
     def _admit(self, upload):
         check_version(upload, self.version, self.done, self.config.update, self.config.max_staleness, self.round)
 
@@ -293,6 +317,7 @@ class ParameterServer:
             self.timeline.append(entry)
         ordered = [self.round[w] for w in workers]   # worker-id order, not arrival order
         self.round = {}
+        self.round_digests = {}
         if self.round_timer is not None:
             self.round_timer.cancel()
             self.round_timer = None
@@ -446,6 +471,8 @@ class ParameterServer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.version = state["version"]
             self.round = {worker: (entry["grads"], entry["loss"]) for worker, entry in state["round"].items()}
+            self.round_digests = ({worker: self._digest(dense) for worker, (dense, _) in self.round.items()}
+                                  if self._dedupe else {})
             self.step_losses, self.last_loss = list(state["step_losses"]), state["last_loss"]
             self.last_skip, self.changed_entries = state["last_skip"], list(state["changed_entries"])
             self.counts = Counter(state["counts"])
