@@ -210,10 +210,11 @@ def decode_payload(payload, shapes, mode):
         if extra:
             parts.append(f"unexpected keys: {_describe_keys(extra)}")
         raise PayloadError("; ".join(parts))
-    # Only the wire's dtypes, before any arithmetic: torch.cat of float32 with a float8 or
-    # float16 tensor raises (or promotes) instead of refusing (issue 45, item 12).
+    # No floating dtype but float32, before any arithmetic: torch.cat of float32 with a
+    # float8 tensor raises, and with float16 promotes (issue 45, item 12). Integer dtypes
+    # are each scheme's check, which names the one expected.
     for key, tensor in payload.items():
-        if tensor.dtype not in WIRE_DTYPES:
+        if tensor.is_floating_point() and tensor.dtype not in WIRE_DTYPES:
             raise PayloadError(f"{key}: dtype {str(tensor.dtype).removeprefix('torch.')} is not one the wire uses "
                                f"({', '.join(str(d).removeprefix('torch.') for d in WIRE_DTYPES)})")
     # One finiteness test for the whole payload (the usual case); only if it fails does
