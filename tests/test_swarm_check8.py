@@ -137,3 +137,19 @@ def test_check_8_in_the_notes_unit_from_the_same_state(train_tokens, seed):
     assert got["dense"] > 5 * got["smallest-v"] and got["random-5x"] > 1.5 * got["random"], got
     # median holds the aimed liar near one unit
     assert got["median"] <= OLD_CLAIM_UNITS, got
+
+
+def test_the_earlier_figure_on_its_own_data_from_the_same_state():
+    """The earlier test's data (5 bodies at the first weights, three identical warm rounds):
+    1.48 with its unit, 8.57 with the notes' unit from the same state (quoted in §8.6)."""
+    from test_swarm_byzantine import honest_bodies, tiny_topk_body
+    honest = honest_bodies(5)
+    server = ParameterServer(replace(SWARM, world_size=N))
+    for _ in range(WARM):
+        for k, body in enumerate(honest[:N]):
+            server.submit(Upload(f"w{k}", server.version, "topk", 3.0), body)
+    server.close()
+    full = stepped(server, SWARM, honest[:N])
+    unit = float((full - stepped(server, SWARM, honest[:N - 1])).double().norm())
+    attacked = stepped(server, SWARM, honest[:N - 1] + [tiny_topk_body(server.shapes, RATIO)])
+    assert float((attacked - full).double().norm()) / unit == pytest.approx(8.57, abs=TOLERANCE)
