@@ -30,9 +30,8 @@ nothing here imports torch at module level (the payload check imports it when ca
                                                                       / too_many_entries
     then   the upload is clipped to a norm bound and enters the round (200)
 
-A wrong token from a client address with too many wrong tokens lately is answered 429
-too_many_failures (AuthThrottle, with Retry-After) instead of 401; a valid token is never
-throttled (the classroom's workers share 127.0.0.1, and one guesser must not stop them). Check 0 runs for every request;
+A wrong token from an address with too many wrong tokens lately gets 429 too_many_failures
+(AuthThrottle, Retry-After) instead of 401; a valid token is never throttled (issue 45). Check 0 runs for every request;
 checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
 before reading the body); 6, 7 and 8 run in swarm_server.ParameterServer.submit.
 
@@ -188,8 +187,7 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "unsupported_method": (501, STOP),
     "unsupported_version": (505, STOP),
     "expectation_failed": (417, STOP),
-    "internal_error": (500, STOP),     # a check the server lacks failed on this upload (logged)
-}
+    "internal_error": (500, STOP)}     # a check the server lacks failed on this upload (logged)
 TRANSIENT_STATUSES = (408, 429, 503)   # a worker retries these (and a failed connection)
 # To add a check: a function below (called from check_upload_request, check_version or
 # check_payload), a code here if none fits, and a row in swarm_bad_uploads.BAD_UPLOADS.

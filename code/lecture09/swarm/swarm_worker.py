@@ -148,7 +148,7 @@ class Worker:
     cores do not inflate each other's figure.
     """
 
-    def __init__(self, url, config=WorkerConfig(), train_tokens=None):
+    def __init__(self, url, config=WorkerConfig(), train_tokens=None, log=None):
         if train_tokens is None:
             train_tokens, _ = load_world_tokens()
         self.url = url.rstrip("/")
@@ -177,7 +177,7 @@ class Worker:
         self.trimmed_through = -1  # the highest version whose history entry was dropped
         self.rejoins = []          # (old epoch, new epoch, start version, uploads rolled back)
         self._proposed_for_history = False
-        self.log = None            # a print-like callable for a one-line note on each restart
+        self.log = log             # a print-like callable for a one-line note on each restart
 
     def _call(self, url, body=None, headers=None):
         def count():
