@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from http.client import HTTPMessage
 
+from lecture09.swarm.swarm_checkpoint import fitted
 from lecture09.swarm.swarm_head import read_head
 from lecture09.swarm.swarm_protocol import (HOST, REFUSALS, WORKER_ID_PATTERN, AuthThrottle, Rejection,
                                             ServerConfig, check_framing, check_upload_request)
@@ -275,7 +276,8 @@ class SwarmHandler(BaseHTTPRequestHandler):
         except Rejection as rejection:
             return self._refuse(rejection)
         except Exception as error:   # a check we lack: still an answer, with a code, and one log line
-            print(f"服务器内部错误 internal error on an upload: {type(error).__name__}: {error}"[:100],
+            first = (str(error).splitlines() or [""])[0]
+            print(fitted(f"服务器内部错误 internal error on an upload: {type(error).__name__}: {first}", 100),
                   file=sys.stderr, flush=True)
             return self._refuse(Rejection("internal_error", f"the server failed on this upload ({type(error).__name__})"))
         self._reply(200, answer)

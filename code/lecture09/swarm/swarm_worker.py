@@ -122,7 +122,7 @@ def int_header(headers, name, answer="GET /weights"):
     """A non-negative integer header of a 200 answer, or BadAnswer in one line."""
     value = headers.get(name) if headers is not None else None
     if value is None or not value.strip().isdigit() or len(value.strip()) > 18:
-        raise BadAnswer(f"{answer}: 200 without a usable {name} (got {value!r:.20})")
+        raise BadAnswer(f"{answer}: 200 without a usable {name} (got {value!r:.12})")
     return int(value)
 
 
@@ -295,7 +295,7 @@ class Worker:
                     before = _minus(before, span)   # what this upload started from, once the lost ones are undone
             self._settle(True)
             stats["accepted"] += 1
-            if self._proposed_for_history:
+            if self._proposed_for_history and self.epoch is not None:   # a server without epochs: no use
                 self.history.append((version, self.epoch, before))
         else:
             self._settle(False)   # the server kept nothing, so the residual must not move
