@@ -91,6 +91,16 @@ def test_a_serve_whose_checkpoints_cannot_be_written_answers_and_stops_in_one_li
 
 # --- item 5: a checkpoint with a valid checksum and the wrong contents ---------------------
 
+def refused_or_stopped(proc, timeout_s=60):
+    """(out, err) of a --serve expected to refuse at once; one that serves instead (the bug)
+    is stopped here, so no test leaves a server behind."""
+    import subprocess
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        raise AssertionError("the server did not refuse the checkpoint: it is serving") from None
+
 def one_step_state(tmp_path, shapes, **settings):
     """The state a server writes after one step (with an upload of round 1 in its round)."""
     running = RunningServer(ServerConfig(world_size=WORKERS, steps=STEPS, token=TOKEN, compression="topk",
@@ -194,7 +204,7 @@ def test_serve_resume_of_a_malformed_checkpoint_is_one_line_and_exit_2(tmp_path,
         path, _, _ = swarm_checkpoint.save(state, tmp_path)
     proc = start_in_own_group(SCRIPT, "--serve", "--workers", str(WORKERS), "--steps", str(STEPS), "--token", TOKEN,
                               "--resume", str(path), cwd=tmp_path)
-    out, err = proc.communicate(timeout=60)
+    out, err = refused_or_stopped(proc)
     assert proc.returncode == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("无法继续 cannot resume: ") and words in err and display_width(err.strip()) <= 100, err
 
@@ -210,7 +220,7 @@ def test_resuming_with_another_wire_format_or_ratio_is_refused_in_one_line(tmp_p
     swarm_checkpoint.save(state, tmp_path)
     proc = start_in_own_group(SCRIPT, "--serve", "--workers", str(WORKERS), "--steps", str(STEPS), "--token", TOKEN,
                               "--resume", str(tmp_path), *flags, cwd=tmp_path)
-    out, err = proc.communicate(timeout=60)
+    out, err = refused_or_stopped(proc)
     assert proc.returncode == 2 and err.strip() == (f"无法继续 cannot resume: the checkpoint was made with {words}"), err
     assert display_width(err.strip()) <= 100
 
