@@ -50,7 +50,7 @@ FAILURES = {
         "unsupported_method", "bad_request_line", "unsupported_version")])],
     "长轮询名额满了": [(r"(\d+)，`Retry-After: (\d+)`", lambda: [status("busy"), swarm_http.BUSY_RETRY_AFTER_S])],
     "连接数满了": [(r"(\d+)，在接受连接", lambda: [status("busy")])],
-    "有人猜 token": [(r"(\d+) s 内 (\d+) 次错误之后一律 (\d+)",
+    "有人猜 token": [(r"(\d+) s 内 (\d+) 次错误之后，错的 token 一律 (\d+)",
                     lambda: [SERVER.auth_window_s, SERVER.auth_failures, status("too_many_failures")]),
                    (r"(\d+) 是暂时的", lambda: [status("too_many_failures")])],
     "连上了不说话": [(r"截止时间到了回答 (\d+)", lambda: [status("request_timeout")]),
@@ -58,11 +58,22 @@ FAILURES = {
     "服务器收到 SIGTERM": [(r"最多再给 (\d+) s", lambda: [swarm_http.STOP_DRAIN_S])],
     "服务器被 `kill -9`": [],
     "检查点被截断或损坏": [(r"退出码 (\d+)", lambda: [swarm_checkpoint.CheckpointError.exit_status])],
+    "请求头写了": [],   # "431 `headers_too_large`": the backticked-code rule
+    "上传里有线上不用的 dtype": [],
+    "旧版本的上传带着乱码": [(r"(\d+)，什么都不变", lambda: [status("stale_version")])],
+    "用了稳健聚合时": [],
+    "`/weights` 回答 200": [],
+    "检查点写不了": [],
+    "检查点校验和对": [(r"退出码 (\d+)", lambda: [swarm_checkpoint.CheckpointError.exit_status])],
+    "用别的 `--compression`": [(r"退出码 (\d+)", lambda: [swarm_checkpoint.CheckpointError.exit_status])],
+    "写检查点的进程死在半路": [],
     "一个工作者崩溃": [],
     "一个新工作者加入": [],
 }
 # Figures in table 五 no constant holds, each with its reason.
-EXEMPT = {("服务器收到 SIGTERM", "0"): "退出码 0: success, the usual exit status (test_swarm_durability checks it)"}
+EXEMPT = {("服务器收到 SIGTERM", "0"): "退出码 0: success, the usual exit status (test_swarm_durability checks it)",
+          ("`/weights` 回答 200", "1"): "退出码 1: the worker's failure status (test_swarm_issue45 checks it)",
+          ("检查点写不了", "1"): "退出码 1: a stop without its checkpoint (test_swarm_checkpoints checks it)"}
 
 
 def table(heading):

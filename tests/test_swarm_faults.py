@@ -254,12 +254,8 @@ def test_wrong_tokens_get_429_then_the_swarm_goes_on():
         assert codes == [401, 401, 401, 429, 429, 429]
         code, _, body = http_call(f"{running.url}/gradients", b"x", {"Authorization": "Bearer guess"})
         assert code == 429 and json.loads(body)["code"] == "too_many_failures"
-        assert post(running)[0] == 429   # the right token too, from the throttled address: no guess gets in
-        for _ in range(50):
-            if post(running, worker="probe")[0] != 429:
-                break
-            time.sleep(0.1)
-        assert post(running, worker="probe")[0] == 409   # repeat_in_round: the probe got in once
+        assert post(running)[0] == 200   # the right token passes: a guesser cannot stop honest workers
+        assert post(running)[0] == 409   # repeat_in_round: w0 got in once
         assert running.swarm.counts["rejected_too_many_failures"] >= 4
     finally:
         running.close()

@@ -235,7 +235,7 @@ def run_worker_cli(args):
     url = args.worker.rstrip("/")
     print(f"工作者 worker {config.worker_id} -> {url} ({config.compression})", flush=True)
     try:
-        stats = Worker(url, config).run()
+        stats = Worker(url, config, log=lambda line: print(line, flush=True)).run()
     except (urllib.error.URLError, ConnectionError, TimeoutError, RuntimeError) as error:
         print(f"工作者停止 worker stopped: {error}", file=sys.stderr)
         return 1

@@ -42,6 +42,7 @@ from lecture09.compress.compression_schemes import (  # noqa: F401  (re-exported
 
 WIRE_MODES = tuple(name for name, scheme in SCHEMES.items() if scheme.on_wire)   # X-Compression values
 WIRE_OPTIONS = Options(index_dtype=torch.int64)   # the swarm's convention: int64 indices
+WIRE_DTYPES = (torch.float32, torch.int64, torch.int8)   # every dtype a payload may carry
 FLAT_KEY = ""            # the one name a flat vector goes by in a Residuals memory
 
 
@@ -209,6 +210,13 @@ def decode_payload(payload, shapes, mode):
         if extra:
             parts.append(f"unexpected keys: {_describe_keys(extra)}")
         raise PayloadError("; ".join(parts))
+    # No floating dtype but float32, before any arithmetic: torch.cat of float32 with a
+    # float8 tensor raises, and with float16 promotes (issue 45, item 12). Integer dtypes
+    # are each scheme's check, which names the one expected.
+    for key, tensor in payload.items():
+        if tensor.is_floating_point() and tensor.dtype not in WIRE_DTYPES:
+            raise PayloadError(f"{key}: dtype {str(tensor.dtype).removeprefix('torch.')} is not one the wire uses "
+                               f"({', '.join(str(d).removeprefix('torch.') for d in WIRE_DTYPES)})")
     # One finiteness test for the whole payload (the usual case); only if it fails does
     # each tensor's check look for the first key at fault, for the message.
     floats = [t.reshape(-1) for t in payload.values() if t.is_floating_point()]

@@ -10,6 +10,12 @@ from lecture09.swarm.swarm_protocol import Rejection
 
 MAX_LINE_BYTES = 65_536     # longest request line or header line
 MAX_HEADER_LINES = 100
+# The header lines together (issue 45, item 11): with only the two limits above, one
+# unfinished head could hold 100 x 64 KiB = 6.5 MB, about twice that once parsed, and 50
+# such clients grew the server by 604 MB. With this one a head holds at most 64 KiB + the
+# request line, so the connection slots (ServerConfig.connection_slots) bound what all
+# unfinished heads hold: 64 slots x (2 x 64 KiB, parsed) x 2 = 16 MiB at most.
+MAX_HEADER_BYTES = 65_536
 METHODS = ("GET", "POST")
 TCHAR = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
 REQUEST_LINE = re.compile(rb"(" + TCHAR + rb"+) (\S+) (HTTP/[0-9]\.[0-9])\r\n")
@@ -47,16 +53,17 @@ def read_head(readline):
         if version[5] == "1" or version[5] == "0":
             raise Rejection("bad_request_line", f"unknown HTTP version {version}")
         raise Rejection("unsupported_version", f"{version} is not supported: use HTTP/1.1")
-    headers, raw_lines = [], []
+    headers, raw_lines, header_bytes = [], [], 0
     while True:
-        line = readline(MAX_LINE_BYTES + 1)
+        line = readline(min(MAX_LINE_BYTES, MAX_HEADER_BYTES - header_bytes) + 1)
         if line in (b"\r\n", b""):
             if not line:
                 raise Rejection("malformed_header", "the connection closed inside the header block")
             break
-        if len(line) > MAX_LINE_BYTES or len(raw_lines) >= MAX_HEADER_LINES:
-            raise Rejection("headers_too_large", f"at most {MAX_HEADER_LINES} header lines of "
-                                                 f"{MAX_LINE_BYTES} bytes each")
+        header_bytes += len(line)
+        if header_bytes > MAX_HEADER_BYTES or len(raw_lines) >= MAX_HEADER_LINES:
+            raise Rejection("headers_too_large", f"at most {MAX_HEADER_LINES} header lines and "
+                                                 f"{MAX_HEADER_BYTES} bytes of them")
         raw_lines.append(line)
         if b"\r" in line[:-2]:
             # http.client splits lines on LF only, and email's parser then also on a lone

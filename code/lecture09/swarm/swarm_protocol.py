@@ -30,8 +30,8 @@ nothing here imports torch at module level (the payload check imports it when ca
                                                                       / too_many_entries
     then   the upload is clipped to a norm bound and enters the round (200)
 
-Before check 3, a client address with too many wrong tokens lately is refused at once
-(AuthThrottle: 429 too_many_failures, with Retry-After). Check 0 runs for every request;
+A wrong token from an address with too many wrong tokens lately gets 429 too_many_failures
+(AuthThrottle, Retry-After) instead of 401; a valid token is never throttled (issue 45). Check 0 runs for every request;
 checks 1-4 run together in check_upload_request (the HTTP layer calls it once per POST,
 before reading the body); 6, 7 and 8 run in swarm_server.ParameterServer.submit.
 
@@ -171,6 +171,7 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "future_version": (409, REPULL),   # pull the newer weights, compute again
     "stale_version": (409, REPULL),
     "repeat_in_round": (409, WAIT),    # this worker is in the round already: wait for the step
+    "duplicate_upload": (409, WAIT),   # robust aggregator: another worker sent this very gradient
     "training_done": (409, REPULL),    # the pull then reports done and the worker stops
     "bad_payload": (400, STOP),
     "wrong_compression": (400, STOP),  # not the swarm's wire format (ServerConfig.compression)
@@ -186,7 +187,7 @@ REFUSALS = {   # code: (HTTP status, the worker's next move)
     "unsupported_method": (501, STOP),
     "unsupported_version": (505, STOP),
     "expectation_failed": (417, STOP),
-}
+    "internal_error": (500, STOP)}     # a check the server lacks failed on this upload (logged)
 TRANSIENT_STATUSES = (408, 429, 503)   # a worker retries these (and a failed connection)
 # To add a check: a function below (called from check_upload_request, check_version or
 # check_payload), a code here if none fits, and a row in swarm_bad_uploads.BAD_UPLOADS.
@@ -213,12 +214,14 @@ def next_move(code):
 # ---------------------------------------------------------------------------
 
 class AuthThrottle:
-    """Wrong tokens per client address: at most `allowed` in any `window_s`; beyond, every
-    upload from that address is refused (429, Retry-After) without looking at its token,
-    until its oldest failure is window_s old. Bounded memory: at most max_addresses
-    addresses (the least recently failing is forgotten first), `allowed` times each.
-    All clients of a classroom swarm share 127.0.0.1, so a guesser also delays honest
-    workers there (they retry 429); it cannot guess faster than allowed / window_s."""
+    """Wrong tokens per client address: at most `allowed` in any `window_s` are answered
+    401; beyond, a wrong token gets 429 (Retry-After) until the oldest failure is window_s
+    old. A valid token is never refused by it: all clients of a classroom swarm share
+    127.0.0.1, and an address-wide block let one guesser stop every honest worker there.
+    The price: the throttle no longer bounds how fast a guesser may try (a right guess
+    gets in whenever it comes), so a token must be unguessable: the default run's and
+    new_worker_tokens' are 128 random bits. Bounded memory: at most max_addresses
+    addresses (the least recently failing is forgotten first), `allowed` times each."""
 
     def __init__(self, allowed, window_s, max_addresses=1024, clock=None):
         import collections

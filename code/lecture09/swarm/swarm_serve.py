@@ -13,7 +13,7 @@ import time
 import torch
 
 from lecture01.tiny_gpt import bits_per_char, load_world_tokens
-from lecture09.swarm.swarm_checkpoint import CheckpointError
+from lecture09.swarm.swarm_checkpoint import CheckpointError, CheckpointWriteError
 from lecture09.swarm.swarm_http import RunningServer
 from lecture09.swarm.swarm_protocol import HOST
 
@@ -28,7 +28,8 @@ def _raise_terminated(signum, frame):
 
 def serve(config, port, verbose, resume, script):
     """The parameter server alone, until SIGTERM or Ctrl-C: then it stops accepting, lets
-    what is in flight finish, writes a checkpoint and returns 0 (--resume goes on from it).
+    what is in flight finish, writes a checkpoint and returns 0 (--resume goes on from it);
+    1, with one line, if that checkpoint cannot be written (a full disk, a read-only folder).
     script: how the student types the script's path, for the workers' command line."""
     torch.set_num_threads(1)
     try:
@@ -68,7 +69,11 @@ def serve(config, port, verbose, resume, script):
     except (KeyboardInterrupt, _Terminated) as stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)   # one stop at a time
         why = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
-        saved = server.stop()
+        try:
+            saved = server.stop()
+        except CheckpointWriteError as error:   # the state since the last good checkpoint is lost
+            print(f"\n已停止 stopped ({why}), 检查点没写成 checkpoint failed at {error}", file=sys.stderr, flush=True)
+            return 1
         if saved is None:
             print(f"\n已停止 stopped ({why}) at version {swarm.version}; no checkpoint (--checkpoint-dir '')",
                   flush=True)

@@ -6,6 +6,7 @@ Introduced in lecture 9, §6. The checks it runs are the ones swarm_protocol.py 
 """
 
 import math
+import secrets
 import threading
 import time
 from collections import Counter, deque
@@ -16,6 +17,7 @@ from lecture01.tiny_gpt import TrainConfig, lr_at, make_adamw, make_model
 from lecture09.compress.compression import safetensors_bytes
 from lecture09.lecture_model import MODEL_CONFIG
 from lecture09.swarm import swarm_checkpoint
+from lecture09.swarm.swarm_durable import Durability
 from lecture09.swarm.swarm_protocol import (Rejection, ServerConfig, check_format, check_payload, check_version,
                                             max_body_bytes_for)
 
@@ -41,7 +43,7 @@ TIMELINE_LIMIT = 10_000   # rounds kept in .timeline (the demo's membership tabl
 SEEN_LIMIT = 4096         # worker ids remembered for the quorum; older ones are forgotten
 
 
-class ParameterServer:
+class ParameterServer(Durability):
     """Holds the model, the optimizer and the round buffer; decides every upload's fate.
 
     version = optimizer steps taken so far; a worker's upload names the version its
@@ -79,6 +81,9 @@ class ParameterServer:
         self.changed = threading.Condition(self.lock)   # long polls wait on it
         self.version = 0
         self.round = {}            # worker id -> (dense gradients, loss), current version only
+        # worker id -> digest of its upload, with a robust aggregator: two identical uploads
+        # are the cheapest collusion (Krum scores them 0 apart and picks them; issue 45, item 3)
+        self.round_digests = {}
         self.round_timer = None
         self.last_loss = None
         self.step_losses = []      # mean worker loss of every step, in step order
@@ -89,11 +94,18 @@ class ParameterServer:
         self._weights_cache = (None, b"")
         self._backup_buffers = None  # _backup's copies of the weights and optimizer state
         self.last_checkpoint = None  # (path, bytes, seconds) of the last one written
+        self.last_checkpoint_error = None  # why the last failed write failed, for /status
         self.seen = {}             # worker id -> the server's version at its last upload or stale try
         self.recent_rounds = deque(maxlen=ROUND_HISTORY)
         self.timeline = []         # (version, workers, how): every round's step, for the demo
         self.round_started_s = None
         self.resumed_from = None     # (path, version) when started from a checkpoint
+        # Each start of a server is an epoch: a worker that sees a new epoch learns from
+        # epoch_start what the new server holds (every upload for a version below it, and
+        # the round in progress) and rolls back its error feedback for the rest (item 1).
+        self.epoch = secrets.token_hex(4)
+        self.epoch_start = (0, frozenset())   # (version, workers in the round) at this start
+        self.checkpoint_versions = deque(maxlen=swarm_checkpoint.KEEP)   # versions of the kept ones
         # a robust aggregator (robust.aggregators) replaces the mean of a round; centered
         # clipping keeps its center from round to round, so it is built once
         self.combine = None
@@ -116,12 +128,13 @@ class ParameterServer:
     def weights_body(self, after=None, client_gone=lambda: False, worker=None):
         """(safetensors bytes, version, done, in_round); with `after`, wait (at most
         long_poll_s) for a newer version first, checking every half second whether the
-        client left. A worker whose upload for `after` is not in the round is answered at
-        once (in_round False): waiting would never end."""
+        client left. Answered at once, because waiting would never end: a worker whose
+        upload for `after` is not in the round (in_round False), and a worker whose
+        `after` is ahead of the server (it restarted from an older checkpoint)."""
         with self.changed:
             if after is not None:
                 end_s = time.monotonic() + self.config.long_poll_s
-                while not (self.version > after or self.done or self.closing or self.lost_upload(worker, after)):
+                while not (self.version != after or self.done or self.closing or self.lost_upload(worker, after)):
                     left_s = end_s - time.monotonic()
                     if left_s <= 0 or client_gone():
                         break
@@ -130,7 +143,7 @@ class ParameterServer:
             if self._weights_cache[0] != version:
                 tensors = {name: p.detach().clone() for name, p in self.params.items()}
                 self._weights_cache = (version, safetensors_bytes(tensors))
-            return self._weights_cache[1], version, done, in_round
+            return self._weights_cache[1], version, done, in_round, self.epoch_headers(worker)
 
     def status(self):
         """The /status answer; every number in it is finite (JSON has no inf or NaN)."""
@@ -147,6 +160,7 @@ class ParameterServer:
                 "last_loss": loss,
                 "health": "ok" if finite else "non-finite weights",
                 "last_skipped_step": self.last_skip,
+                "last_checkpoint_error": self.last_checkpoint_error,
                 "done": self.done,
                 "counts": dict(self.counts),
                 "membership": self._membership(),
@@ -178,24 +192,38 @@ class ParameterServer:
             try:
                 self._admit(upload)
             except Rejection as rejection:
-                if rejection.code == "stale_version":
-                    self._saw(upload.worker_id)   # alive, and late: expected from now on
-                raise
-        # Decoding is the slow part; it runs outside the lock, on a private copy.
-        dense = check_payload(body, self.shapes, upload.compression,
-                              self.config.topk_ratio if self.config.compression is not None else None)
-        check_format(upload.compression, self.config.compression)
-        dense, norm = clipped(dense, self.config.upload_clip_norm)
+                if rejection.code != "stale_version":
+                    raise
+                stale = rejection
+            else:
+                stale = None
+        if stale is not None:
+            # Alive, and late: expected from now on, but only if what it sent is an upload
+            # (a garbage body must not make every round wait for this id; issue 45, item 7).
+            try:
+                self._decode(upload, body)
+            except Rejection:
+                raise stale from None
+            with self.lock:
+                self._saw(upload.worker_id)
+            raise stale
+        dense, norm = self._decode(upload, body)
+        digest = self._digest(dense) if self._dedupe else None
         with self.changed:
             self._admit(upload)   # again: the version may have moved while we decoded
+            if digest is not None and digest in self.round_digests.values():
+                twin = next(w for w, d in self.round_digests.items() if d == digest)
+                raise Rejection("duplicate_upload", f"the same gradient as worker {twin}'s in this round")
             self.counts["accepted"] += 1
             if norm > self.config.upload_clip_norm:
                 self.counts["clipped_uploads"] += 1
             if self.config.update == "async":
                 age = self.version - upload.version
                 self._step([dense], [upload.loss], lr_factor=1.0 / (1 + age))
-                return {"accepted": True, "applied": True, "version": self.version}
+                return {"accepted": True, "applied": True, "version": self.version, **self._epoch_answer(upload)}
             self.round[upload.worker_id] = (dense, upload.loss)
+            if digest is not None:
+                self.round_digests[upload.worker_id] = digest
             self._saw(upload.worker_id)
             if len(self.round) == 1:
                 self.round_started_s = time.monotonic()
@@ -211,7 +239,30 @@ class ParameterServer:
             applied = how is not None
             if applied:
                 self._step_round(how)
-            return {"accepted": True, "applied": applied, "version": self.version}
+            return {"accepted": True, "applied": applied, "version": self.version, **self._epoch_answer(upload)}
+
+    def _decode(self, upload, body):
+        """Checks 7 and 8 and the clip: (dense gradients, norm before clipping). Decoding is
+        the slow part; it runs outside the lock, on a private copy."""
+        dense = check_payload(body, self.shapes, upload.compression,
+                              self.config.topk_ratio if self.config.compression is not None else None)
+        check_format(upload.compression, self.config.compression)
+        return clipped(dense, self.config.upload_clip_norm)
+
+    @property
+    def _dedupe(self):
+        """Whether a round refuses a second identical upload (sync, robust aggregator)."""
+        return self.combine is not None and self.config.update == "sync"
+
+    @staticmethod
+    def _digest(dense):
+        """SHA-256 of an upload's decoded (clipped) gradient, in name order: two workers that
+        send the same vector get the same digest whatever their bytes looked like."""
+        import hashlib
+        digest = hashlib.sha256()
+        for name in sorted(dense):
+            digest.update(dense[name].contiguous().numpy().tobytes())
+        return digest.hexdigest()
 
     def _admit(self, upload):
         check_version(upload, self.version, self.done, self.config.update, self.config.max_staleness, self.round)
@@ -242,6 +293,7 @@ class ParameterServer:
             self.timeline.append(entry)
         ordered = [self.round[w] for w in workers]   # worker-id order, not arrival order
         self.round = {}
+        self.round_digests = {}
         if self.round_timer is not None:
             self.round_timer.cancel()
             self.round_timer = None
@@ -332,64 +384,6 @@ class ParameterServer:
                     if k in keys and torch.is_tensor(t)]
             if live:
                 torch._foreach_copy_(live, state_tensors)
-
-    # --- checkpoints (swarm_checkpoint.py); the lock is held -----------------
-
-    def state(self):
-        """Everything a restarted server needs to go on exactly from here."""
-        settings = {name: getattr(self.config, name) for name in swarm_checkpoint.FIXED_SETTINGS}
-        return {"version": self.version, "settings": settings,
-                "weights": {name: p.detach().clone() for name, p in self.params.items()},
-                "optimizer": self.optimizer.state_dict(),
-                "round": {worker: {"grads": dense, "loss": loss} for worker, (dense, loss) in self.round.items()},
-                "step_losses": list(self.step_losses), "last_loss": self.last_loss, "last_skip": self.last_skip,
-                "counts": dict(self.counts), "changed_entries": list(self.changed_entries),
-                "seen": dict(self.seen),
-                # centered clipping's center (bucketing's shuffle): carried from round to round
-                "aggregator": self._aggregator_state()}
-
-    def _aggregator_state(self):
-        if self.combine is None:
-            return {}
-        from lecture09.robust import aggregators
-        return aggregators.state_of(self.combine)
-
-    def _checkpoint(self):
-        self.last_checkpoint = swarm_checkpoint.save(self.state(), self.config.checkpoint_dir)
-        self.counts["checkpoints"] += 1
-
-    def checkpoint(self):
-        """Write a checkpoint now (the round in progress included); (path, bytes, seconds)."""
-        with self.lock:
-            self._checkpoint()
-            return self.last_checkpoint
-
-    def restore(self, where):
-        """Go on from the checkpoint in `where` (a file, or a folder's newest): weights,
-        AdamW state, version, the round in progress, losses and counts."""
-        state, path = swarm_checkpoint.load(where)
-        swarm_checkpoint.check_settings(state, self.config)
-        with self.changed:
-            if set(state["weights"]) != set(self.params):
-                raise swarm_checkpoint.CheckpointError(f"{path.name} holds another model's parameters")
-            with torch.no_grad():
-                for name, p in self.params.items():
-                    p.copy_(state["weights"][name])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.version = state["version"]
-            self.round = {worker: (entry["grads"], entry["loss"]) for worker, entry in state["round"].items()}
-            self.step_losses, self.last_loss = list(state["step_losses"]), state["last_loss"]
-            self.last_skip, self.changed_entries = state["last_skip"], list(state["changed_entries"])
-            self.counts = Counter(state["counts"])
-            self.seen = dict(state["seen"])
-            if self.combine is not None and state.get("aggregator"):
-                from lecture09.robust import aggregators
-                aggregators.load_state(self.combine, state["aggregator"])
-            self._weights_cache = (None, b"")
-            self.resumed_from = (path, self.version)
-            if self.round:
-                self.round_started_s = time.monotonic()
-                self._start_deadline(self.version)
 
     def count(self, name):
         with self.lock:

@@ -63,6 +63,11 @@ class GaveUp(RuntimeError):
     """A request kept failing transiently for longer than the worker's retry budget."""
 
 
+class BadAnswer(RuntimeError):
+    """A 200 answer the worker cannot use (not safetensors, a header missing or malformed):
+    one line, and the worker stops (the same server would answer the same again)."""
+
+
 def retry_after_s(headers):
     """Retry-After in seconds (we send whole seconds; an HTTP date is not understood: 0)."""
     value = headers.get("Retry-After") if headers is not None else None
@@ -97,15 +102,37 @@ def call_with_retry(call, budget_s, rng, sleep=time.sleep, clock=time.monotonic,
 
 def load_weights(model, body):
     """Copy a GET /weights body into the model, after checking its names and shapes."""
-    tensors = safetensors_load(body)
+    try:
+        tensors = safetensors_load(body)
+    except Exception as error:   # safetensors raises its own SafetensorError (and others) on junk
+        raise BadAnswer(f"GET /weights: 200 with {len(body):,} bytes that are not safetensors") from None
     params = dict(model.named_parameters())
     if set(tensors) != set(params):
-        raise RuntimeError("the server's parameters do not match this worker's model")
+        raise BadAnswer("the server's parameters do not match this worker's model")
     with torch.no_grad():
         for name, p in params.items():
             if tensors[name].shape != p.shape or tensors[name].dtype != p.dtype:
-                raise RuntimeError(f"weights for {name} have the wrong shape or dtype")
+                raise BadAnswer(f"weights for {name} have the wrong shape or dtype")
+            if not bool(torch.isfinite(tensors[name]).all()):
+                raise BadAnswer(f"weights for {name} are not finite")
             p.copy_(tensors[name])
+
+
+def int_header(headers, name, answer="GET /weights"):
+    """A non-negative integer header of a 200 answer, or BadAnswer in one line."""
+    value = headers.get(name) if headers is not None else None
+    if value is None or not value.strip().isdigit() or len(value.strip()) > 18:
+        raise BadAnswer(f"{answer}: 200 without a usable {name} (got {value!r:.12})")
+    return int(value)
+
+
+def _minus(a, b):
+    """{name: a - b} for residual dicts (a missing name is zero)."""
+    return {name: a.get(name, 0) - b.get(name, 0) for name in set(a) | set(b)}
+
+
+def _plus(a, b):
+    return {name: a.get(name, 0) + b.get(name, 0) for name in set(a) | set(b)}
 
 
 class Worker:
@@ -121,7 +148,7 @@ class Worker:
     cores do not inflate each other's figure.
     """
 
-    def __init__(self, url, config=WorkerConfig(), train_tokens=None):
+    def __init__(self, url, config=WorkerConfig(), train_tokens=None, log=None):
         if train_tokens is None:
             train_tokens, _ = load_world_tokens()
         self.url = url.rstrip("/")
@@ -142,6 +169,15 @@ class Worker:
         self.lie_gen = torch.Generator().manual_seed(10_000 + config.worker_id)   # a liar's noise and signs
         self.last_body = None      # replay: the previous upload's bytes and mode
         self._proposed = False     # whether this upload went through the error-feedback memory
+        # Restarts (item 1 of issue 45): the server's epoch as last seen, and for each
+        # accepted upload (version, epoch, residuals before it), back to the oldest version
+        # a restart of the server can return to (its X-Resume-Floor).
+        self.epoch = None
+        self.history = []
+        self.trimmed_through = -1  # the highest version whose history entry was dropped
+        self.rejoins = []          # (old epoch, new epoch, start version, uploads rolled back)
+        self._proposed_for_history = False
+        self.log = log             # a print-like callable for a one-line note on each restart
 
     def _call(self, url, body=None, headers=None):
         def count():
@@ -150,17 +186,71 @@ class Worker:
                                self.config.retry_budget_s, self.rng, on_retry=count)
 
     def pull(self, after=-1):
-        """GET /weights?after=...; load them; return (version, done, lost): lost = the
-        server is still at `after` and has no upload of ours in its round (it restarted)."""
+        """GET /weights?after=...; load them; return (version, done, fresh): fresh = there is
+        something to compute on: a version other than `after`, or the same one whose round
+        lost our upload, or a restarted server (a new epoch: the error feedback of the
+        uploads it lost is rolled back first, _rejoin)."""
         status, headers, body = self._call(f"{self.url}/weights?after={after}",
                                            headers={"X-Worker-Id": self.headers["X-Worker-Id"]})
         if status != 200:
             raise RuntimeError(f"GET /weights answered {status}")
         self.stats["pulls"] += 1
-        version, done = int(headers["X-Model-Version"]), headers.get("X-Training-Done") == "1"
-        if not done and version > after:
+        version = int_header(headers, "X-Model-Version")
+        done = headers.get("X-Training-Done") == "1"
+        restarted, _ = self._see_epoch(headers.get("X-Server-Epoch"), headers.get("X-Epoch-Start"),
+                                       headers.get("X-Epoch-Start-In-Round") == "1", headers.get("X-Resume-Floor"))
+        fresh = version != after or (headers.get("X-In-Round") == "0" and version == after)
+        if not done and (fresh or restarted):
             load_weights(self.model, body)
-        return version, done, version == after and headers.get("X-In-Round") == "0"
+        return version, done, fresh
+
+    def _see_epoch(self, epoch, start, start_in_round, floor, accepted_now=None):
+        """Note the server's epoch from an answer; on a new one (the server restarted), roll
+        back what it lost (_rejoin). Returns whether it was new. accepted_now: the residuals
+        before the upload this answer accepts (it is the new server's, not lost); the second
+        value is what the lost uploads had left in the residuals (None: nothing rolled back)."""
+        if epoch is None:          # a server without epochs: nothing to compare
+            return False, None
+        if start is None or not start.isdigit():
+            raise BadAnswer(f"X-Server-Epoch {epoch!r:.20} came without a usable X-Epoch-Start")
+        restarted = self.epoch is not None and epoch != self.epoch
+        span = self._rejoin(self.epoch, epoch, int(start), start_in_round, accepted_now) if restarted else None
+        self.epoch = epoch
+        if floor is not None and str(floor).isdigit():
+            keep = [entry for entry in self.history if entry[0] >= int(floor)]
+            dropped = self.history[: len(self.history) - len(keep)]
+            if dropped:
+                self.trimmed_through = max(self.trimmed_through, max(v for v, _, _ in dropped))
+            self.history = keep
+        return restarted, span
+
+    def _rejoin(self, old_epoch, new_epoch, start, start_in_round, accepted_now=None):
+        """The server restarted at version `start` holding every upload of ours for a
+        version below it (and the one for `start` if start_in_round): the error feedback
+        goes back to what that server has. The lost uploads' residual changes are undone
+        (their gradients are forgotten, never sent twice); with accepted_now, the upload
+        being accepted keeps what it left behind on top. Returns the undone change (or None)."""
+        lost = [i for i, (version, epoch, _) in enumerate(self.history)
+                if epoch != new_epoch and (version > start or (version == start and not start_in_round))]
+        if lost:
+            first = lost[0]
+            begin = self.history[first][2]
+            if self.trimmed_through >= start:   # our history does not reach back that far
+                begin = {}
+            end = accepted_now if accepted_now is not None else self.feedback.residuals
+            span = _minus(end, begin)            # what the lost uploads left in the residuals
+            if accepted_now is not None:         # keep the accepted upload's own change
+                self.feedback._pending = _minus(self.feedback._pending, span)
+            else:                                # exactly the residuals before the first lost upload
+                self.feedback.residuals = begin
+            self.history = self.history[:first]
+        else:
+            span = None
+        self.rejoins.append((old_epoch, new_epoch, start, len(lost)))
+        if self.log is not None:
+            self.log(f"服务器重启 server restarted at version {start}: "
+                     f"撤回 rolled back {len(lost)} lost uploads' error feedback")
+        return span
 
     def upload(self, version):
         """Gradient on one batch at the loaded weights (= `version`), compressed, POSTed.
@@ -175,6 +265,7 @@ class Worker:
         stats["compute_s"].append(time.process_time() - start_s)
         start_s = time.process_time()
         grads = {name: p.grad for name, p in self.model.named_parameters()}
+        before = self.feedback.residuals   # commit replaces the dict: this reference stays as it is
         payload, body, mode = self.what_to_send(grads)
         stats["encode_s"].append(time.process_time() - start_s)
         # 9 significant digits give an fp32 loss back exactly, in a fixed width (15 characters).
@@ -189,20 +280,31 @@ class Worker:
         stats["body_bytes_sent"] += len(body)
         stats["tensor_bytes_sent"] += payload_tensor_bytes(payload)
         stats["entries_sent"] += sum(t.numel() for key, t in payload.items() if not key.endswith(("::idx", "::scale")))
-        if status == 200:
-            self._settle(True)
-            stats["accepted"] += 1
-        else:
-            self._settle(False)   # the server kept nothing, so the residual must not move
-            stats["rejected"][str(status)] = stats["rejected"].get(str(status), 0) + 1
         try:
             reply = json.loads(answer or b"{}")
         except ValueError:
             reply = {}
+        if not isinstance(reply, dict):
+            reply = {}
+        if status == 200:
+            if self._proposed and reply.get("epoch") is not None:
+                start, floor = reply.get("epoch_start"), reply.get("resume_floor")
+                _, span = self._see_epoch(str(reply["epoch"]), str(start), reply.get("epoch_start_in_round") is True,
+                                          None if floor is None else str(floor), accepted_now=before)
+                if span is not None:
+                    before = _minus(before, span)   # what this upload started from, once the lost ones are undone
+            self._settle(True)
+            stats["accepted"] += 1
+            if self._proposed_for_history and self.epoch is not None:   # a server without epochs: no use
+                self.history.append((version, self.epoch, before))
+        else:
+            self._settle(False)   # the server kept nothing, so the residual must not move
+            stats["rejected"][str(status)] = stats["rejected"].get(str(status), 0) + 1
         return status, reply
 
     def _settle(self, accepted):
         """Commit (accepted) or roll back the error-feedback proposal of this upload, if it made one."""
+        self._proposed_for_history = self._proposed
         if self._proposed:
             self.feedback.commit() if accepted else self.feedback.rollback()
         self._proposed = False
@@ -243,12 +345,13 @@ class Worker:
         (anything else: resending the same thing cannot help)."""
         after = -1
         while max_uploads is None or self.stats["uploads"] < max_uploads:
-            version, done, lost = self.pull(after)
+            version, done, fresh = self.pull(after)
             if done:
                 break
-            if version <= after and not lost:
+            if not fresh:
                 continue   # the long poll timed out with nothing new: ask again
-            # new weights; or the same ones, whose round lost our upload: compute again
+            # new weights; the same ones, whose round lost our upload; or a restarted
+            # server's (older ones too: its version may be below `after`): compute again
             status, reply = self.upload(version)
             move = WAIT if status == 200 else next_move(reply.get("code"))
             if move == WAIT:
