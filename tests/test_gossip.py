@@ -130,11 +130,15 @@ def test_on_demo_1s_network_a_round_is_no_faster_than_the_ring():
 
 # --- table (i) and (j) observations on each branch -----------------------------------------
 
-def _table(bpcs, spreads, h=30):
+def _table(bpcs, spreads, h=30, outer_momentum=0.9):
+    """Table (i) from made-up bpcs: AdamW, DiLoCo, [DiLoCo momentum 0,] full average, gossip.
+    Given four rows of figures (the table before the momentum-0 row), that row copies DiLoCo's."""
     from lecture09.compress import gossip_report as gr
     from lecture09.compress.training import RunResult
-    rows = gr.build_rows(h)
-    sent = [4.0, 4.0 / h, 4.0 / h, 4.0 / h]
+    rows = gr.build_rows(h, outer_momentum)
+    if len(rows) == 5 and len(bpcs) == 4:
+        bpcs, spreads = bpcs[:2] + [bpcs[1]] + bpcs[2:], spreads[:2] + [()] + spreads[2:]
+    sent = [4.0] + [4.0 / h] * (len(rows) - 1)
     runs = []
     for row, per_seed, b, sp in zip(rows, bpcs, sent, spreads):
         runs += [RunResult(row.run, cdp.Seeds(0, 0).shifted(k), x, b, 0.0, x != x, 300, 1.0, spread=sp)
@@ -157,6 +161,60 @@ def test_table_i_observations_follow_the_numbers():
     assert "（差不多）" in gr.table_i_observations(same, 4)[1] and "--seeds 5" in gr.table_i_observations(same, 4)[1]
     diverged = _table([[1.5], [1.9], [2.0], [float("nan")]], [(), (), (0.03, 0.0), (0.04, 0.01)])
     assert "有一行发散了" in gr.table_i_observations(diverged, 4)[1]
+
+
+def test_the_momentum_0_row_is_diloco_with_outer_momentum_0():
+    from lecture09.compress import gossip_report as gr
+    setup, seeds = _setup(), cdp.Seeds(0, 1)
+    rows = {r.run.optimizer: r.run for r in gr.build_rows(3)}
+    control = cdp.train_run(rows["diloco-no-momentum"], seeds, setup)
+    by_hand = cdp.train_run(rows["diloco"], seeds, replace(setup, outer_momentum=0.0))
+    with_momentum = cdp.train_run(rows["diloco"], seeds, setup)
+    assert control.losses == by_hand.losses and control.bpc == by_hand.bpc          # one change: the momentum
+    assert control.losses[3:] != with_momentum.losses[3:]
+    # with no momentum in DiLoCo the row would repeat DiLoCo's: it is left out
+    assert "diloco-no-momentum" not in {r.run.optimizer for r in gr.build_rows(3, 0.0)}
+
+
+def test_the_outer_step_is_split_one_change_at_a_time():
+    from lecture09.compress import gossip_report as gr
+    # per seed: DiLoCo − momentum 0 = +0.03, +0.03; momentum 0 − full average = +0.07, +0.06
+    t = _table([[1.5, 1.5], [1.90, 1.89], [1.87, 1.86], [1.80, 1.80], [1.82, 1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    words = gr.outer_step_words(t, 0.7, 0.9)
+    assert "「DiLoCo，每 30 步」（lr 0.7，动量 0.9）比「全体平均（对照）」：+0.0950，各种子 +0.0900..+0.1000（更差）" in words
+    assert "动量那一份（「DiLoCo，每 30 步」减「DiLoCo，每 30 步，动量 0」）+0.0300，各种子 +0.0300..+0.0300（更差）" in words
+    assert "lr 那一份（0.7 对 1，「DiLoCo，每 30 步，动量 0」减「全体平均（对照）」）+0.0650，各种子 +0.0600..+0.0700（更差）" in words
+    assert words.endswith("两份同号，平均来看lr那一份大") and "舍入" not in words
+    assert words == gr.table_i_observations(t, 4)[-1]
+    momentum = _table([[1.5], [1.95], [1.85], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert gr.outer_step_words(momentum, 0.7, 0.9).endswith("平均来看动量那一份大")
+    opposite = _table([[1.5], [1.80], [1.90], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(opposite, 0.7, 0.9)
+    assert "比「全体平均（对照）」：0.0000（差不多）" in w and w.endswith("两份方向相反，互相抵消了一部分")
+    # a part within the tolerance: which is larger is not said
+    small = _table([[1.5], [1.905], [1.90], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(small, 0.7, 0.9)
+    assert "+0.0050（差不多）" in w and "那一份大" not in w and "相反" not in w
+    # seeds that disagree on the momentum's sign: no ranking either
+    mixed = _table([[1.5, 1.5], [1.90, 1.85], [1.87, 1.88], [1.80, 1.80], [1.82, 1.82]],
+                   [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(mixed, 0.7, 0.9)
+    assert "（种子之间不一致）" in w and "那一份大" not in w and "相反" not in w
+    # printed parts that do not add up to the printed total in the last digit are said to be rounding
+    rounding = _table([[1.5], [1.90006], [1.80003], [1.8], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert "是舍入" in gr.outer_step_words(rounding, 0.7, 0.9)
+    assert gr.outer_step_words(t, 1.0, 0.9).endswith("lr 已经是 1，后一段只是舍入")
+    diverged = _table([[1.5], [1.9], [float("nan")], [1.8], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert gr.outer_step_words(diverged, 0.7, 0.9).endswith("发散了，拆不开")
+
+
+def test_without_outer_momentum_the_outer_step_differs_only_in_lr():
+    from lecture09.compress import gossip_report as gr
+    t = _table([[1.5], [1.9], [1.8], [1.82]], [(), (), (0.03, 0.0), (0.04, 0.01)], outer_momentum=0.0)
+    assert len(t) == 4
+    assert gr.outer_step_words(t, 0.7, 0.0).endswith("两行只差外层 lr（0.7 和 1）")
+    assert gr.outer_step_words(t, 1.0, 0.0).endswith("同一个计算，只差舍入")
+    assert gr.table_i_observations(t, 4, outer_lr=0.7, outer_momentum=0.0)[-1].endswith("（0.7 和 1）")
 
 
 def test_table_j_observations_follow_the_numbers():
