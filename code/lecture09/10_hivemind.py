@@ -18,7 +18,7 @@ that come and go.
 对应讲义 (notes): lectures/lecture09/10_hivemind.md §10
 
 运行 (run):
-    python3 code/lecture09/10_hivemind.py                       # (a)–(f)，2 核约半分钟
+    python3 code/lecture09/10_hivemind.py                       # (a)–(f)；用时见 README 的表（中位数）
     python3 code/lecture09/10_hivemind.py --part-kb 512         # hivemind 默认的块大小
     python3 code/lecture09/10_hivemind.py --compression float16 --matchmaking-s 2
     python3 code/lecture09/10_hivemind.py --quick               # 很小的设置（测试用）

@@ -45,11 +45,11 @@ largest term of demo 1's table: compressing the pipeline's activations.
 对应讲义 (notes): lectures/lecture09/11_frontier.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README
-    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上，约 20 秒
+    python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行）；用时见 README 的表（中位数）
+    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上
     python3 code/lecture09/11_frontier.py --demo 7 --slowest 4   # 异步 local SGD，最慢的工作者慢 4 倍
     python3 code/lecture09/11_frontier.py --demo all         # 所有演示
-    python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
+    python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
     python3 code/lecture09/11_frontier.py --demo 4 --sync-every 10 --sparse-topk 64
@@ -106,7 +106,7 @@ def parse_args(argv=None):
     p.add_argument("--demo", choices=DEMOS + ("1-5", "all"), default="1-5",
                    help="跑哪个演示 which demo；1-5 是课堂上的一次运行，all 再加上演示 6、7 (default %(default)s)")
     p.add_argument("--quick", action="store_true",
-                   help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
+                   help="更少的训练步（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
     ga.add_argument("--warm-steps", type=non_negative_int, default=DEFAULTS["warm_steps"],
                     help="训练多少步时第一次见到这批序列 steps before the earlier visit (default %(default)s)")
