@@ -102,6 +102,10 @@ def test_training_costs_and_attacks(default_run, section):
     assert all(d > 0.1 for d in deltas(topk, ("trimmed-mean", "none")))    # +0.19..+0.20
     assert all(0 < d < 0.1 for d in deltas(topk, ("mean", "tiny-dense")))  # "训练只差 +0.02..+0.04"
     assert re.search(r"没有一个稳健聚合器在每组种子上都比平均好", section)
+    # "平均受的伤是 trimmed-mean 自己代价的约 7 倍": not a cost as large as the damage
+    mean_of = (lambda key: sum(deltas(table, key)) / len(deltas(table, key)))
+    assert mean_of(("mean", "sign-flip")) > 3 * mean_of(("trimmed-mean", "none"))
+    assert "约 7 倍" in section and "自己付的代价\n差不多大" not in section
 
 
 def test_worker_momentum_rows(section):
