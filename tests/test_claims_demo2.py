@@ -72,10 +72,12 @@ def test_the_first_seed_pair_lies_in_the_ranges_the_notes_quote(runs, name):
 # The quoted means and ranges themselves, against a `--seeds 5 --fp32` run (the run they come
 # from): the mean of the 5 paired Δ must round to the quoted mean, the smallest and largest
 # draw to the quoted ends, each within half a unit of the quoted last digit plus a stated
-# margin for another CPU. fp32 moved a 5-seed mean by less than MEAN_TOL between the two
-# machines compared here, and a single draw by less than DRAW_TOL.
-MEAN_TOL = 0.005
-DRAW_TOL = 0.01
+# margin for another CPU. The notes' figures were measured on an AMD EPYC; the same command
+# on an Intel Xeon (fp32) moved a 5-seed mean by at most 0.0097 and a single draw by at most
+# 0.017 (both PowerSGD rank 1, the least stable row), so the margins are 0.01 and 0.02 (the
+# draw margin is MACHINE_TOL above). A mean quoted 0.02 off is still caught.
+MEAN_TOL = 0.01
+DRAW_TOL = MACHINE_TOL
 
 
 def _quote_figures(quote):
