@@ -120,7 +120,7 @@ def test_the_quoted_five_seed_means_and_ranges_are_those_of_the_seeds_run(five_s
     # of DiLoCo H = 25, +0.32..+0.39) is caught
     key = ("diloco", "none", False, 25)
     run_mean = sum(five_seeds["table"][key][2]) / 5
-    moved = dict(QUOTED_RANGES, **{})
+    moved = dict(QUOTED_RANGES)
     moved[key] = f"≈+{run_mean + 0.03:.2f}（+0.32..+0.39）"
     assert [w[:2] for w in check_quoted_figures(five_seeds["table"], moved)] == [(key, f"+{run_mean + 0.03:.2f}")]
 
