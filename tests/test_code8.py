@@ -174,12 +174,14 @@ def test_a_bound_with_top_k_uploads_is_compared_with_the_same_round_with_dense_u
                         ("mean", "alie", 1.9), ("median", "alie", 1.5), ("trimmed-mean", "alie", 2.2)], scheme="none")
     lines = code8.format_observations(topk, dense)
     assert lines == [
-        "sign-flip：诚实的发 topk 时，median 0.40 个单位；同一轮、同一个说谎者，只把诚实的上传换成稠密的 fp32"
-        "（表 (2) 发的格式），是 2.49（mean 2.06）：这个界属于诚实的发 topk 的一轮，不能搬到表 (2)。",
-        "alie：诚实的发 topk 时，trimmed-mean 1.70 个单位；同一轮、同一个说谎者，只把诚实的上传换成稠密的 fp32"
-        "（表 (2) 发的格式），是 2.20（mean 1.90）：这个界属于诚实的发 topk 的一轮，不能搬到表 (2)。"]
+        "同一轮、同一个说谎者，只把诚实的上传从 topk 换成稠密的 fp32（表 (2) 发的格式），这些 2 个单位以内的界就没了："
+        "sign-flip：median 0.40 → 2.49（mean 2.06）；alie：trimmed-mean 1.70 → 2.20（mean 1.90）。"
+        "它们属于诚实的发 topk 的一轮，不能搬到表 (2)。"]
     assert all(line in lines_of(topk, topk, dense) for line in lines)
     assert code8.format_observations(topk, topk) == []                   # the same bounds: nothing to say
+    # compared as printed: 2.004 prints 2.00, within the bound of 2
+    edge = fake_study([("mean", "sign-flip", 2.0), ("median", "sign-flip", 2.004)], scheme="none")
+    assert code8.format_observations(fake_study([("mean", "sign-flip", 2.0), ("median", "sign-flip", 0.4)]), edge) == []
     # an aggregator the dense round did not measure is left out, not looked up
     assert code8.format_observations(topk, fake_study([("mean", "sign-flip", 2.0)], scheme="none")) == []
 

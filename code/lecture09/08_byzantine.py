@@ -125,21 +125,24 @@ def print_round(study, control, dense, out=print_wrapped):
 
 
 def format_observations(study, dense):
-    """For each attack: the aggregators that bound the liar with the honest workers' top-k
-    uploads (table (1)'s rows) but not in the same round with dense uploads (the setting of
-    table (2)): the one-change control of that bound."""
-    lines = []
+    """One line: the bounds (<= BOUND_UNITS) that aggregators other than the mean hold with
+    the honest workers' top-k uploads (table (1)'s rows) and lose in the same round with
+    dense uploads (the upload format of table (2)): the one-change control of those bounds.
+    [] when none is lost. Compared as printed (2 decimals), so a printed 2.00 is within."""
+    shown = (lambda x: round(x, 2))
+    lost = []
     for attack in dict.fromkeys(c.attack for c in study.cells):
-        lost = [name for name in study.kept if name != "mean" and name in dense.kept
-                and study.cell(name, attack).influence <= BOUND_UNITS < dense.cell(name, attack).influence]
-        if lost:
-            lines.append(f"{attack}：诚实的发 {study.scheme} 时，" + "、".join(
-                f"{name} {study.cell(name, attack).influence:.2f}" for name in lost)
-                + f" 个单位；同一轮、同一个说谎者，只把诚实的上传换成稠密的 {scheme_name(dense.scheme)}（表 (2) 发的格式），是 "
-                + "、".join(f"{dense.cell(name, attack).influence:.2f}" for name in lost)
-                + f"（mean {dense.cell('mean', attack).influence:.2f}）：这个界属于诚实的发 {study.scheme} 的一轮，"
-                "不能搬到表 (2)。")
-    return lines
+        pairs = [f"{name} {study.cell(name, attack).influence:.2f} → {dense.cell(name, attack).influence:.2f}"
+                 for name in study.kept if name != "mean" and name in dense.kept
+                 and shown(study.cell(name, attack).influence) <= BOUND_UNITS < shown(dense.cell(name, attack).influence)]
+        if pairs:
+            mean = f"（mean {dense.cell('mean', attack).influence:.2f}）" if "mean" in dense.kept else ""
+            lost.append(f"{attack}：" + "、".join(pairs) + mean)
+    if not lost:
+        return []
+    return [f"同一轮、同一个说谎者，只把诚实的上传从 {study.scheme} 换成稠密的 {scheme_name(dense.scheme)}（表 (2) 发的格式），"
+            f"这些 {BOUND_UNITS:g} 个单位以内的界就没了：" + "；".join(lost)
+            + f"。它们属于诚实的发 {study.scheme} 的一轮，不能搬到表 (2)。"]
 
 
 def round_observations(study, control, dense, out=print_wrapped):
