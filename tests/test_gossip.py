@@ -275,7 +275,7 @@ ROWS = ("| DiLoCo，", "| 全体平均（", "| gossip，")
 
 def test_the_notes_table_i_quotes_the_bytes_by_arithmetic():
     rows = _notes_rows(ROWS)
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip') / 30:.4f}"
     assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all') / 30:.4f}"
 
@@ -293,6 +293,9 @@ def test_the_notes_table_i_quotes_diloco_s_bytes_by_arithmetic():
     _, sent = local_sgd.PseudoGradientExchange(row.run, setup)([torch.zeros(n)] * setup.n_workers)
     exchanges = -(-setup.recipe.steps // h)                     # and one more at the end if h does not divide
     assert _notes_rows(ROWS)[row.label][1] == f"{sent / n * exchanges / setup.recipe.steps:.4f}"
+    # the momentum-0 row is DiLoCo with another outer step: the same exchange, the same bytes
+    control = next(r for r in gr.build_rows(h) if r.run.optimizer == "diloco-no-momentum")
+    assert _notes_rows(ROWS)[control.label][1] == _notes_rows(ROWS)[row.label][1]
 
 
 def _spread_of(models):
@@ -313,6 +316,24 @@ def _spreads_of_diloco_workers(monkeypatch, h, steps):
     monkeypatch.setattr(local_sgd, "inner_step", recording)
     cdp.train_run(cdp.Run("DiLoCo", "diloco", "none", param=h), cdp.Seeds(0, 1), _setup(steps=steps))
     return before, _spread_of(seen["workers"])
+
+
+def test_the_notes_split_of_the_outer_step_adds_up_seed_by_seed():
+    """§11.6's per-seed parts of DiLoCo minus the full average: momentum's + lr's = the total,
+    whose range the paired table quotes (-0.1203..-0.0674 for full average minus DiLoCo); the
+    lr part is positive on every seed, the momentum part changes sign (what the heading says)."""
+    section = _notes_section()
+    figures = (lambda text: [float(x.strip().replace("−", "-")) for x in text.split("、")])
+    momentum = figures(re.search(r"动量那一份是 ([^，]+)，", section).group(1))
+    lr = figures(re.search(r"lr 那一份是 ([^（]+)（", section).group(1))
+    assert len(momentum) == len(lr) == 5
+    total = [m + l for m, l in zip(momentum, lr)]
+    # each part is rounded to 4 decimals, so their sum may miss the total by 0.0001 (the notes say so)
+    assert max(total) == pytest.approx(0.1203, abs=1.01e-4) and min(total) == pytest.approx(0.0674, abs=1.01e-4)
+    assert "最多差 0.0001" in section
+    assert all(x > cdp.DELTA_TOLERANCE_BPC for x in lr) and min(momentum) < 0 < max(momentum)
+    assert f"| {min(lr):+.4f}..{max(lr):+.4f}，平均 {sum(lr) / 5:+.3f} |" in section
+    assert f"| {min(momentum):+.4f}..{max(momentum):+.4f}，平均 {sum(momentum) / 5:+.3f} |" in section
 
 
 def test_the_notes_diloco_spread_after_an_exchange_is_0_by_construction(monkeypatch):
