@@ -55,6 +55,64 @@ def test_krum_picks_the_vector_closest_to_its_neighbours():
         agg.make("krum", f=1)(x[:4])
 
 
+# Points on a line where Blanchard et al.'s n - f - 2 neighbours and ByzFL's n - f - 1 pick
+# different vectors (Krum) and different sets (multi-Krum): the count decides the answer.
+# (n, f, points, Krum's pick, multi-Krum's set, the scores with n - f - 2, with n - f - 1)
+NEIGHBOUR_COUNT_CASES = [
+    # n = 5, f = 1: 2 neighbours vs 3. With 2: 8 has 7 (1) and 14 (36): 37, the lowest;
+    # 19 is worst (25 + 121). With 3: 7 has 8, 0, 14: 1 + 49 + 49 = 99 < 8's 1 + 36 + 64 = 101;
+    # 0 is worst (49 + 64 + 196).
+    (5, 1, [0, 7, 8, 14, 19], 2, [0, 1, 2, 3], [113, 50, 37, 61, 146], [309, 99, 101, 110, 290]),
+    # n = 7, f = 2: 3 neighbours vs 4. With 3: 8 scores 1 + 9 + 16 = 26; 17 and 19 are worst.
+    # With 4: 7 scores 1 + 4 + 25 + 36 = 66 < 8's 75; 1 and 19 are worst.
+    (7, 2, [1, 5, 7, 8, 12, 17, 19], 3, [0, 1, 2, 3, 4],
+     [101, 29, 30, 26, 66, 110, 174], [222, 78, 66, 75, 115, 210, 318]),
+]
+
+
+@pytest.mark.parametrize("n,f,points,pick,chosen,scores,byzfl_scores", NEIGHBOUR_COUNT_CASES)
+def test_krum_counts_n_minus_f_minus_2_neighbours_where_the_count_decides(n, f, points, pick, chosen,
+                                                                        scores, byzfl_scores):
+    x = [torch.tensor([float(v)]) for v in points]
+    assert agg.krum_scores(agg.stacked(x), f=f).tolist() == scores
+    assert agg.krum_scores(agg.stacked(x), f=f, neighbours=n - f - 1).tolist() == byzfl_scores
+    krum, multi = agg.make("krum", f=f), agg.make("multi-krum", f=f)
+    assert krum(x).item() == points[pick] and krum.chosen == [pick]
+    assert multi(x).item() == pytest.approx(sum(points[i] for i in chosen) / len(chosen))
+    assert multi.chosen == chosen
+    # ByzFL's count picks another vector and another set here (what the parameter is for)
+    other, other_multi = agg.Krum(f=f, neighbours=n - f - 1), agg.MultiKrum(f=f, neighbours=n - f - 1)
+    other(x), other_multi(x)
+    assert other.chosen != [pick] and other_multi.chosen != chosen
+
+
+def _krum_by_definition(x, f):
+    """Krum and multi-Krum's choices written out from Blanchard et al.'s definition, pair by
+    pair in float64: score(i) = the sum of the n - f - 2 smallest |x_i - x_j|², j ≠ i."""
+    n = len(x)
+    rows = [v.double() for v in x]
+    score = [sum(sorted(float((rows[i] - rows[j]).square().sum()) for j in range(n) if j != i)[:n - f - 2])
+             for i in range(n)]
+    order = sorted(range(n), key=lambda i: (score[i], i))
+    return order[0], sorted(order[:n - f])
+
+
+@pytest.mark.parametrize("n,f", [(5, 1), (7, 2), (8, 2), (9, 3)])
+def test_krum_on_random_inputs_equals_its_definition_where_the_neighbour_count_matters(n, f):
+    g = torch.Generator().manual_seed(100 + n * 10 + f)
+    decided = 0
+    for _ in range(60):
+        x = [torch.randn(3, generator=g) * (1 + 4 * (i < f)) for i in range(n)]
+        pick, chosen = _krum_by_definition(x, f)
+        krum, multi = agg.make("krum", f=f), agg.make("multi-krum", f=f)
+        krum(x), multi(x)
+        assert krum.chosen == [pick] and multi.chosen == chosen
+        other, other_multi = agg.Krum(f=f, neighbours=n - f - 1), agg.MultiKrum(f=f, neighbours=n - f - 1)
+        other(x), other_multi(x)
+        decided += other.chosen != [pick] or other_multi.chosen != chosen
+    assert decided >= 10, f"only {decided} of 60 draws where n - f - 1 neighbours would pick otherwise"
+
+
 def test_centered_clip_moves_from_its_last_center_by_clipped_steps():
     cc = agg.make("centered-clip", tau=1.0)
     x = vecs([3, 4], [0, 0.5])

@@ -69,6 +69,62 @@ def test_the_first_seed_pair_lies_in_the_ranges_the_notes_quote(runs, name):
         assert low - MACHINE_TOL <= delta <= high + MACHINE_TOL, (key, delta, quote)
 
 
+# The quoted means and ranges themselves, against a `--seeds 5 --fp32` run (the run they come
+# from): the mean of the 5 paired Δ must round to the quoted mean, the smallest and largest
+# draw to the quoted ends, each within half a unit of the quoted last digit plus a stated
+# margin for another CPU. The notes' figures were measured on an AMD EPYC; the same command
+# on an Intel Xeon (fp32) moved a 5-seed mean by at most 0.0097 and a single draw by at most
+# 0.017 (both PowerSGD rank 1, the least stable row), so the margins are 0.01 and 0.02 (the
+# draw margin is MACHINE_TOL above). A mean quoted 0.03 off is still caught.
+MEAN_TOL = 0.01
+DRAW_TOL = MACHINE_TOL
+
+
+def _quote_figures(quote):
+    """(mean, low, high) as written in a quote "…≈mean（low..high）"."""
+    m = re.search(r"≈([+−-]?[\d.]+)（([+−-]?[\d.]+)\.\.([+−-]?[\d.]+)）", quote)
+    return m.groups()
+
+
+def _half_unit(figure):
+    return 0.5 * 10.0 ** -len(figure.split(".")[1])
+
+
+def _value(figure):
+    return float(figure.replace("−", "-"))
+
+
+@pytest.fixture(scope="module")
+def five_seeds():
+    return main_quietly(code7.main, ["--seeds", "5", "--fp32"])[0]
+
+
+def check_quoted_figures(table, quotes):
+    """Every quoted mean and range against the 5 seeds' paired Δ of its row; the mismatches."""
+    wrong = []
+    for key, quote in quotes.items():
+        deltas = table[key][2]
+        assert len(deltas) == 5, key
+        for figure, value, tol in zip(_quote_figures(quote), (sum(deltas) / 5, min(deltas), max(deltas)),
+                                      (MEAN_TOL, DRAW_TOL, DRAW_TOL)):
+            if abs(value - _value(figure)) > _half_unit(figure) + tol:
+                wrong.append((key, figure, round(value, 4)))
+    return wrong
+
+
+def test_the_quoted_five_seed_means_and_ranges_are_those_of_the_seeds_run(five_seeds):
+    notes = "\n".join(notes_section(NOTES, s) for s in NEW_SECTIONS)
+    assert all(quote in notes for quote in QUOTED_RANGES.values())
+    assert not check_quoted_figures(five_seeds["table"], QUOTED_RANGES)
+    # the check can fail: a mean quoted 0.03 away from the run's (still inside the quoted range
+    # of DiLoCo H = 25, +0.32..+0.39) is caught
+    key = ("diloco", "none", False, 25)
+    run_mean = sum(five_seeds["table"][key][2]) / 5
+    moved = dict(QUOTED_RANGES)
+    moved[key] = f"≈+{run_mean + 0.03:.2f}（+0.32..+0.39）"
+    assert [w[:2] for w in check_quoted_figures(five_seeds["table"], moved)] == [(key, f"+{run_mean + 0.03:.2f}")]
+
+
 def _delta(results, key):
     deltas = results["table"][key][2]
     return sum(deltas) / len(deltas)

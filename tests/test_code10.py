@@ -99,6 +99,30 @@ def test_late_observation_on_each_branch():
     assert "2 轮里有 1 轮没凑上组" in late_observation(once, 1.0)
 
 
+def test_a_late_peer_whose_download_starts_a_later_round_is_said_to_start_there():
+    """The third outcome: let in before round 1, the state it downloaded already began round 2
+    (the others had moved on), so round 1 has no peer 3 and the event line says so."""
+    from lecture09.engines import hivemind_report as rep
+    from lecture09.engines.hivemind_run import Churn
+    full, three = (0, 1, 2, 3), (0, 1, 2)
+    later = record_of([[three], [three], [full], [full]], churn=Churn(join=(3, 1)),
+                      downloads=[(1.5, 3, 2, 1000, 0.1, None)], events={"join": (0.9, 0)})
+    assert rep.late_start(later) == (1, 2)
+    assert rep.events_in(later, 1) == ("同伴 3 加入 joins，下载 1,000 B：下载到的已是第 2 轮开始时的状态，"
+                                       "它从第 2 轮起才平均，第 1 轮没有它")
+    assert rep.late_observation(later, 1.0) == (
+        "同伴 3 在第 1 轮被放行，可它下载到的已是第 2 轮开始时的状态（别的同伴已经走进下一轮）：它从第 2 轮起平均，"
+        "第 1 轮的组里没有它，表 (b) 第 1 轮那行的事件说的是放行。")
+    # the same late start, then a round alone: both are said
+    alone = record_of([[three], [three], [three, (3,)], [full]], churn=Churn(join=(3, 1)),
+                      downloads=[(1.5, 3, 2, 1000, 0.1, None)], events={"join": (0.9, 0)})
+    words = rep.late_observation(alone, 1.0)
+    assert words.startswith("同伴 3 加入以后的 2 轮里有 1 轮没凑上组") and "第 2 轮开始时的状态" in words
+    # on time (churned(): the download starts round 1, the round it was let in): nothing extra
+    assert rep.late_start(churned()) == (1, 1) and "开始时的状态" not in rep.events_in(churned(), 1)
+    assert rep.late_start(record_of([[full]])) is None
+
+
 def test_formula_holds_only_when_every_round_matches():
     from lecture09.engines.hivemind_report import formula_holds
     assert formula_holds(record_of([[(0, 1, 2, 3)], [(0, 1)]]), S)        # both exact integers

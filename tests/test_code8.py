@@ -167,6 +167,25 @@ def test_tiny_dense_observation_on_each_branch():
     assert not any("|Δw|" in line for line in weak)                  # nothing to bound: no line
 
 
+def test_a_bound_with_top_k_uploads_is_compared_with_the_same_round_with_dense_uploads():
+    topk = fake_study([("mean", "sign-flip", 2.0), ("median", "sign-flip", 0.4), ("trimmed-mean", "sign-flip", 0.7),
+                       ("mean", "alie", 1.3), ("median", "alie", 0.6), ("trimmed-mean", "alie", 1.7)])
+    dense = fake_study([("mean", "sign-flip", 2.06), ("median", "sign-flip", 2.49), ("trimmed-mean", "sign-flip", 1.9),
+                        ("mean", "alie", 1.9), ("median", "alie", 1.5), ("trimmed-mean", "alie", 2.2)], scheme="none")
+    lines = code8.format_observations(topk, dense)
+    assert lines == [
+        "同一轮、同一个说谎者，只把诚实的上传从 topk 换成稠密的 fp32（表 (2) 发的格式），这些 2 个单位以内的界就没了："
+        "sign-flip：median 0.40 → 2.49（mean 2.06）；alie：trimmed-mean 1.70 → 2.20（mean 1.90）。"
+        "它们属于诚实的发 topk 的一轮，不能搬到表 (2)。"]
+    assert all(line in lines_of(topk, topk, dense) for line in lines)
+    assert code8.format_observations(topk, topk) == []                   # the same bounds: nothing to say
+    # compared as printed: 2.004 prints 2.00, within the bound of 2
+    edge = fake_study([("mean", "sign-flip", 2.0), ("median", "sign-flip", 2.004)], scheme="none")
+    assert code8.format_observations(fake_study([("mean", "sign-flip", 2.0), ("median", "sign-flip", 0.4)]), edge) == []
+    # an aggregator the dense round did not measure is left out, not looked up
+    assert code8.format_observations(topk, fake_study([("mean", "sign-flip", 2.0)], scheme="none")) == []
+
+
 def test_bounded_lists_follow_the_threshold_and_krum_picks_are_named():
     cells = [("mean", "alie", 3.0), ("median", "alie", 2.0), ("krum", "alie", 2.5, True),
              ("mean", "ipm", 1.0), ("median", "ipm", 1.0), ("krum", "ipm", 0.0, False)]
@@ -202,6 +221,11 @@ def test_training_observations_follow_the_verdicts():
     compressed[("mean", "tiny-dense-fixed")] = entry([0.025, 0.028])
     out = code8.training_observations(table, compressed, settings, out=lambda line: None)
     assert "和随机符号差不多" in out[-1] and "积累" not in out[-1]
+    # table (3) with the honest mean alone (--compressed-aggregators mean --compressed-attacks none)
+    out = code8.training_observations(table, {("mean", "none"): entry([0])}, settings, out=lambda line: None)
+    assert out[-1] == "工作者发 topk 时（表 (3)）：只有诚实平均这一格，没有可比的（再给 --compressed-aggregators 或 " \
+                      "--compressed-attacks）。"
+    assert not any("：。" in line for line in out)
 
 
 def test_the_median_line_says_what_n_needs():

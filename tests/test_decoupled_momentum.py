@@ -89,6 +89,24 @@ def test_what_is_not_sent_stays_in_the_momentum():
     assert torch.allclose(demo.momenta[0][0], torch.zeros(2, dtype=torch.float64), atol=1e-12)  # 0.5 x kept was sent
 
 
+def test_the_momentum_sums_lr_times_gradient_so_a_changing_lr_reweights_the_steps():
+    """By hand, with a different lr at each step (as in training, lecture 1's schedule): the
+    momentum is β m + lr g, so an early gradient at a small lr weighs less than a later one.
+    At a constant lr, dropping lr from the momentum only rescales it and sign() hides that;
+    here the weights themselves move the other way. One worker, one vector of 2, k = 1."""
+    p = torch.zeros(2, dtype=torch.float64)
+    demo = dm.DeMo([p], n_workers=1, topk=1, chunk=2, decay=0.5)
+    # step 1, lr 0.1, g (3, 1): m = (0.3, 0.1); its DCT (0.4/√2, 0.2/√2) sends the first,
+    # (0.2, 0.2), and keeps (0.1, -0.1); p = -0.1 × sign(0.2, 0.2) = (-0.1, -0.1)
+    demo.step([[torch.tensor([3.0, 1.0], dtype=torch.float64)]], lr=0.1)
+    assert torch.allclose(p, torch.tensor([-0.1, -0.1], dtype=torch.float64), atol=1e-12)
+    # step 2, lr 1.0, g (-0.2, 0.2): m = 0.5 (0.1, -0.1) + 1.0 (-0.2, 0.2) = (-0.15, 0.15), all
+    # in the second coefficient, which is sent: p -= 1.0 × sign(-0.15, 0.15) -> (0.9, -1.1).
+    # (Without lr in the momentum: m = 0.5 (1, -1) + (-0.2, 0.2) = (0.3, -0.3), p -> (-1.1, 0.9).)
+    demo.step([[torch.tensor([-0.2, 0.2], dtype=torch.float64)]], lr=1.0)
+    assert torch.allclose(p, torch.tensor([0.9, -1.1], dtype=torch.float64), atol=1e-12)
+
+
 def test_sending_every_coefficient_is_sign_sgd_on_the_mean_gradient():
     g = torch.Generator().manual_seed(3)
     w = torch.randn(6, 4, generator=g, dtype=torch.float64)
@@ -152,7 +170,11 @@ class _LockstepGather:
 
 def test_equals_the_authors_demo_py_step_by_step():
     reference = _load_reference()
-    n_workers, steps, lr = 3, 6, 0.01
+    # a different lr at every step, as in training: at a constant lr the momentum's scale
+    # (lr × gradient or the gradient alone) would not change which coefficients leave or
+    # their signs, so this comparison could not see it
+    n_workers, lrs = 3, [0.01, 0.03, 0.002, 0.02, 0.005, 0.015]
+    steps = len(lrs)
     g = torch.Generator().manual_seed(5)
     shapes = [(96, 96), (44, 96), (96,), (288,)]
     start = [torch.randn(s, generator=g) for s in shapes]
@@ -161,16 +183,18 @@ def test_equals_the_authors_demo_py_step_by_step():
     ours = [x.clone() for x in start]
     demo = dm.DeMo(ours, n_workers, topk=32, chunk=64, decay=0.999, weight_decay=0.01)
     for step in range(steps):
-        demo.step(grads[step], lr)
+        demo.step(grads[step], lrs[step])
 
     gather = _LockstepGather(n_workers)
     theirs = [[torch.nn.Parameter(x.clone()) for x in start] for _ in range(n_workers)]
 
     def worker(rank):
-        opt = reference.DeMo(theirs[rank], lr=lr, compression_decay=0.999, compression_topk=32,
+        opt = reference.DeMo(theirs[rank], lr=lrs[0], compression_decay=0.999, compression_topk=32,
                              compression_chunk=64, weight_decay=0.01)
         opt._demo_all_gather = lambda idx, val: gather(rank, idx, val)
         for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = lrs[step]                  # what a scheduler does between steps
             for p, grad in zip(theirs[rank], grads[step][rank]):
                 p.grad = grad.clone()
             opt.step()

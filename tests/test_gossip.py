@@ -130,11 +130,15 @@ def test_on_demo_1s_network_a_round_is_no_faster_than_the_ring():
 
 # --- table (i) and (j) observations on each branch -----------------------------------------
 
-def _table(bpcs, spreads, h=30):
+def _table(bpcs, spreads, h=30, outer_momentum=0.9):
+    """Table (i) from made-up bpcs: AdamW, DiLoCo, [DiLoCo momentum 0,] full average, gossip.
+    Given four rows of figures (the table before the momentum-0 row), that row copies DiLoCo's."""
     from lecture09.compress import gossip_report as gr
     from lecture09.compress.training import RunResult
-    rows = gr.build_rows(h)
-    sent = [4.0, 4.0 / h, 4.0 / h, 4.0 / h]
+    rows = gr.build_rows(h, outer_momentum)
+    if len(rows) == 5 and len(bpcs) == 4:
+        bpcs, spreads = bpcs[:2] + [bpcs[1]] + bpcs[2:], spreads[:2] + [()] + spreads[2:]
+    sent = [4.0] + [4.0 / h] * (len(rows) - 1)
     runs = []
     for row, per_seed, b, sp in zip(rows, bpcs, sent, spreads):
         runs += [RunResult(row.run, cdp.Seeds(0, 0).shifted(k), x, b, 0.0, x != x, 300, 1.0, spread=sp)
@@ -157,6 +161,60 @@ def test_table_i_observations_follow_the_numbers():
     assert "（差不多）" in gr.table_i_observations(same, 4)[1] and "--seeds 5" in gr.table_i_observations(same, 4)[1]
     diverged = _table([[1.5], [1.9], [2.0], [float("nan")]], [(), (), (0.03, 0.0), (0.04, 0.01)])
     assert "有一行发散了" in gr.table_i_observations(diverged, 4)[1]
+
+
+def test_the_momentum_0_row_is_diloco_with_outer_momentum_0():
+    from lecture09.compress import gossip_report as gr
+    setup, seeds = _setup(), cdp.Seeds(0, 1)
+    rows = {r.run.optimizer: r.run for r in gr.build_rows(3)}
+    control = cdp.train_run(rows["diloco-no-momentum"], seeds, setup)
+    by_hand = cdp.train_run(rows["diloco"], seeds, replace(setup, outer_momentum=0.0))
+    with_momentum = cdp.train_run(rows["diloco"], seeds, setup)
+    assert control.losses == by_hand.losses and control.bpc == by_hand.bpc          # one change: the momentum
+    assert control.losses[3:] != with_momentum.losses[3:]
+    # with no momentum in DiLoCo the row would repeat DiLoCo's: it is left out
+    assert "diloco-no-momentum" not in {r.run.optimizer for r in gr.build_rows(3, 0.0)}
+
+
+def test_the_outer_step_is_split_one_change_at_a_time():
+    from lecture09.compress import gossip_report as gr
+    # per seed: DiLoCo − momentum 0 = +0.03, +0.03; momentum 0 − full average = +0.07, +0.06
+    t = _table([[1.5, 1.5], [1.90, 1.89], [1.87, 1.86], [1.80, 1.80], [1.82, 1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    words = gr.outer_step_words(t, 0.7, 0.9)
+    assert "「DiLoCo，每 30 步」（lr 0.7，动量 0.9）比「全体平均（对照）」：+0.0950，各种子 +0.0900..+0.1000（更差）" in words
+    assert "动量那一份（「DiLoCo，每 30 步」减「DiLoCo，每 30 步，动量 0」）+0.0300，各种子 +0.0300..+0.0300（更差）" in words
+    assert "lr 那一份（0.7 对 1，「DiLoCo，每 30 步，动量 0」减「全体平均（对照）」）+0.0650，各种子 +0.0600..+0.0700（更差）" in words
+    assert words.endswith("两份同号，平均来看lr那一份大") and "舍入" not in words
+    assert words == gr.table_i_observations(t, 4)[-1]
+    momentum = _table([[1.5], [1.95], [1.85], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert gr.outer_step_words(momentum, 0.7, 0.9).endswith("平均来看动量那一份大")
+    opposite = _table([[1.5], [1.80], [1.90], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(opposite, 0.7, 0.9)
+    assert "比「全体平均（对照）」：0.0000（差不多）" in w and w.endswith("两份方向相反，互相抵消了一部分")
+    # a part within the tolerance: which is larger is not said
+    small = _table([[1.5], [1.905], [1.90], [1.80], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(small, 0.7, 0.9)
+    assert "+0.0050（差不多）" in w and "那一份大" not in w and "相反" not in w
+    # seeds that disagree on the momentum's sign: no ranking either
+    mixed = _table([[1.5, 1.5], [1.90, 1.85], [1.87, 1.88], [1.80, 1.80], [1.82, 1.82]],
+                   [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    w = gr.outer_step_words(mixed, 0.7, 0.9)
+    assert "（种子之间不一致）" in w and "那一份大" not in w and "相反" not in w
+    # printed parts that do not add up to the printed total in the last digit are said to be rounding
+    rounding = _table([[1.5], [1.90006], [1.80003], [1.8], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert "是舍入" in gr.outer_step_words(rounding, 0.7, 0.9)
+    assert gr.outer_step_words(t, 1.0, 0.9).endswith("lr 已经是 1，后一段只是舍入")
+    diverged = _table([[1.5], [1.9], [float("nan")], [1.8], [1.82]], [(), (), (), (0.03, 0.0), (0.04, 0.01)])
+    assert gr.outer_step_words(diverged, 0.7, 0.9).endswith("发散了，拆不开")
+
+
+def test_without_outer_momentum_the_outer_step_differs_only_in_lr():
+    from lecture09.compress import gossip_report as gr
+    t = _table([[1.5], [1.9], [1.8], [1.82]], [(), (), (0.03, 0.0), (0.04, 0.01)], outer_momentum=0.0)
+    assert len(t) == 4
+    assert gr.outer_step_words(t, 0.7, 0.0).endswith("两行只差外层 lr（0.7 和 1）")
+    assert gr.outer_step_words(t, 1.0, 0.0).endswith("同一个计算，只差舍入")
+    assert gr.table_i_observations(t, 4, outer_lr=0.7, outer_momentum=0.0)[-1].endswith("（0.7 和 1）")
 
 
 def test_table_j_observations_follow_the_numbers():
@@ -217,7 +275,7 @@ ROWS = ("| DiLoCo，", "| 全体平均（", "| gossip，")
 
 def test_the_notes_table_i_quotes_the_bytes_by_arithmetic():
     rows = _notes_rows(ROWS)
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert rows["gossip，一个随机同伴"][1] == f"{gossip.bytes_per_exchange('gossip') / 30:.4f}"
     assert rows["全体平均（对照）"][1] == f"{gossip.bytes_per_exchange('all') / 30:.4f}"
 
@@ -235,6 +293,9 @@ def test_the_notes_table_i_quotes_diloco_s_bytes_by_arithmetic():
     _, sent = local_sgd.PseudoGradientExchange(row.run, setup)([torch.zeros(n)] * setup.n_workers)
     exchanges = -(-setup.recipe.steps // h)                     # and one more at the end if h does not divide
     assert _notes_rows(ROWS)[row.label][1] == f"{sent / n * exchanges / setup.recipe.steps:.4f}"
+    # the momentum-0 row is DiLoCo with another outer step: the same exchange, the same bytes
+    control = next(r for r in gr.build_rows(h) if r.run.optimizer == "diloco-no-momentum")
+    assert _notes_rows(ROWS)[control.label][1] == _notes_rows(ROWS)[row.label][1]
 
 
 def _spread_of(models):
@@ -255,6 +316,24 @@ def _spreads_of_diloco_workers(monkeypatch, h, steps):
     monkeypatch.setattr(local_sgd, "inner_step", recording)
     cdp.train_run(cdp.Run("DiLoCo", "diloco", "none", param=h), cdp.Seeds(0, 1), _setup(steps=steps))
     return before, _spread_of(seen["workers"])
+
+
+def test_the_notes_split_of_the_outer_step_adds_up_seed_by_seed():
+    """§11.6's per-seed parts of DiLoCo minus the full average: momentum's + lr's = the total,
+    whose range the paired table quotes (-0.1203..-0.0674 for full average minus DiLoCo); the
+    lr part is positive on every seed, the momentum part changes sign (what the heading says)."""
+    section = _notes_section()
+    figures = (lambda text: [float(x.strip().replace("−", "-")) for x in text.split("、")])
+    momentum = figures(re.search(r"动量那一份是 ([^，]+)，", section).group(1))
+    lr = figures(re.search(r"lr 那一份是 ([^（]+)（", section).group(1))
+    assert len(momentum) == len(lr) == 5
+    total = [m + l for m, l in zip(momentum, lr)]
+    # each part is rounded to 4 decimals, so their sum may miss the total by 0.0001 (the notes say so)
+    assert max(total) == pytest.approx(0.1203, abs=1.01e-4) and min(total) == pytest.approx(0.0674, abs=1.01e-4)
+    assert "最多差 0.0001" in section
+    assert all(x > cdp.DELTA_TOLERANCE_BPC for x in lr) and min(momentum) < 0 < max(momentum)
+    assert f"| {min(lr):+.4f}..{max(lr):+.4f}，平均 {sum(lr) / 5:+.3f} |" in section
+    assert f"| {min(momentum):+.4f}..{max(momentum):+.4f}，平均 {sum(momentum) / 5:+.3f} |" in section
 
 
 def test_the_notes_diloco_spread_after_an_exchange_is_0_by_construction(monkeypatch):

@@ -17,10 +17,10 @@ clipping each upload does not bound.
 对应讲义 (notes): lectures/lecture09/08_byzantine.md §8
 
 运行 (run):
-    python3 code/lecture09/08_byzantine.py                   # 表 (1)–(3)，2 核约 1 分钟
+    python3 code/lecture09/08_byzantine.py                   # 表 (1)–(3)；用时见 README 的表（中位数）
     python3 code/lecture09/08_byzantine.py --seeds 3         # 每格 3 组种子：Δ 的范围
     python3 code/lecture09/08_byzantine.py --liars 2 --attacks alie ipm
-    python3 code/lecture09/08_byzantine.py --quick           # 很小的设置，几秒钟（测试用）
+    python3 code/lecture09/08_byzantine.py --quick           # 很小的设置（测试用）
 需要 (needs): torch；本目录的 robust/aggregators.py、robust/attacks.py、swarm/influence.py 和
 compress/ 的训练引擎。用时打印到 stderr。
 """
@@ -67,6 +67,11 @@ class Settings:
     compressed_scheme: str = "topk"     # what the workers of table (3) send: code 6's default
 
 
+def scheme_name(scheme):
+    """How table (1) names an upload format: the scheme "none" is the uncompressed fp32 gradient."""
+    return "fp32" if scheme == "none" else scheme
+
+
 def signed(x, digits=3):
     return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"
 
@@ -106,14 +111,38 @@ def print_round(study, control, dense, out=print_wrapped):
     if study.bounded:
         out(pad("mean，|Δw| 封顶", widths[0] + widths[1] + widths[2])
             + "".join(pad(f"{study.bounded[a]:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
-    for label, other in (("mean，换 SGD", control), (f"mean，诚实的发 {dense.scheme}", dense)):
-        out(pad(label, widths[0] + widths[1] + widths[2])
-            + "".join(pad(f"{other.cell('mean', a).influence:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
+    out(pad("mean，换 SGD", widths[0] + widths[1] + widths[2])
+        + "".join(pad(f"{control.cell('mean', a).influence:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
+    for name in dense.kept:
+        out(pad(f"{name}，发 {scheme_name(dense.scheme)}", widths[0] + widths[1] + widths[2])
+            + "".join(pad(f"{dense.cell(name, a).influence:.2f}", w, ">") for a, w in zip(attacks, widths[3:])))
     out("“|Δw| 封顶”= 平均那一步走完以后，把 |Δw| 裁到诚实那一步自己的大小（这个上限用到了诚实"
         "那一步有多大，真的服务器并不知道）。")
-    out(f"最后两行是对照：同一轮、同样的权重，只换一样——换成没有逐分量归一化的 SGD（lr {SGD_LR:g}，"
-        f"不用动量）；或者诚实的工作者发稠密的 {dense.scheme}（热身也是），它们自己把 v 填满。"
-        "每行用它自己那一轮的单位。")
+    out(f"下面是对照：同一轮、同样的权重，只换一样——“mean，换 SGD”换成没有逐分量归一化的 SGD（lr {SGD_LR:g}，"
+        f"不用动量）；“发 {scheme_name(dense.scheme)}”的几行是诚实的工作者发稠密的 {scheme_name(dense.scheme)}"
+        "（热身也是；表 (2) 发的格式），"
+        "它们自己把 v 填满，每个聚合器一行。每行用它自己那一轮的单位。")
+
+
+def format_observations(study, dense):
+    """One line: the bounds (<= BOUND_UNITS) that aggregators other than the mean hold with
+    the honest workers' top-k uploads (table (1)'s rows) and lose in the same round with
+    dense uploads (the upload format of table (2)): the one-change control of those bounds.
+    [] when none is lost. Compared as printed (2 decimals), so a printed 2.00 is within."""
+    shown = (lambda x: round(x, 2))
+    lost = []
+    for attack in dict.fromkeys(c.attack for c in study.cells):
+        pairs = [f"{name} {study.cell(name, attack).influence:.2f} → {dense.cell(name, attack).influence:.2f}"
+                 for name in study.kept if name != "mean" and name in dense.kept
+                 and shown(study.cell(name, attack).influence) <= BOUND_UNITS < shown(dense.cell(name, attack).influence)]
+        if pairs:
+            mean = f"（mean {dense.cell('mean', attack).influence:.2f}）" if "mean" in dense.kept else ""
+            lost.append(f"{attack}：" + "、".join(pairs) + mean)
+    if not lost:
+        return []
+    return [f"同一轮、同一个说谎者，只把诚实的上传从 {study.scheme} 换成稠密的 {scheme_name(dense.scheme)}（表 (2) 发的格式），"
+            f"这些 {BOUND_UNITS:g} 个单位以内的界就没了：" + "；".join(lost)
+            + f"。它们属于诚实的发 {study.scheme} 的一轮，不能搬到表 (2)。"]
 
 
 def round_observations(study, control, dense, out=print_wrapped):
@@ -124,12 +153,12 @@ def round_observations(study, control, dense, out=print_wrapped):
         sgd, full = control.cell("mean", "tiny-dense").influence, dense.cell("mean", "tiny-dense").influence
         if adam > BOUND_UNITS and adam > BOUND_UNITS * max(sgd, full):
             lines.append(f"微小稠密上传（每个分量 ±1e-4）在平均下把 AdamW 这一步推动 {adam:.1f} 个单位。"
-                         f"换成 SGD 只有 {sgd:.2f} 个，诚实的工作者发稠密的 {dense.scheme} 时只有 {full:.2f} 个"
-                         "（最后两行）：上传本身很小，放大它的是 AdamW 按每个分量自己的均方根去除——诚实的 "
+                         f"换成 SGD 只有 {sgd:.2f} 个，诚实的工作者发稠密的 {scheme_name(dense.scheme)} 时只有 "
+                         f"{full:.2f} 个（对照行）：上传本身很小，放大它的是 AdamW 按每个分量自己的均方根去除——诚实的 "
                          f"{study.scheme} 很少碰到的分量，v 几乎是 0，再小的值也被放大成整整一步。")
         elif adam > BOUND_UNITS:
             lines.append(f"微小稠密上传在平均下推动 AdamW 这一步 {adam:.2f} 个单位；换成 SGD {sgd:.2f} 个，"
-                         f"诚实的发 {dense.scheme} 时 {full:.2f} 个：两个对照没有都把它压下去，"
+                         f"诚实的发 {scheme_name(dense.scheme)} 时 {full:.2f} 个：两个对照没有都把它压下去，"
                          "这组设置下说不清是 AdamW 的归一化放大了它。")
         else:
             lines.append(f"微小稠密上传在平均下只推动 AdamW 这一步 {adam:.2f} 个单位"
@@ -146,6 +175,7 @@ def round_observations(study, control, dense, out=print_wrapped):
             lines.append(f"{attack}：" + ("、".join(bounded) + f" 把说谎者的推动压在 {BOUND_UNITS:g} 个单位以内；"
                                           if bounded else f"没有一个聚合器把它压在 {BOUND_UNITS:g} 个单位以内；")
                          + "、".join(f"{name} {study.cell(name, attack).influence:.1f}" for name in loose) + "。")
+    lines += format_observations(study, dense)
     picked = [c for c in study.cells if c.picked_liar and c.influence > BOUND_UNITS]
     if picked:
         lines.append("Krum 类挑中了说谎者的向量：" + "、".join(f"{c.aggregator}（{c.attack}）" for c in picked)
@@ -261,8 +291,9 @@ def training_observations(table, compressed, settings, out=print_wrapped, start=
                      + "（每个种子上都好过 0.01 才算）。")
     if compressed:
         keys = [k for k in compressed if k != next(iter(compressed))]
-        lines.append(f"工作者发 {settings.compressed_scheme} 时（表 (3)）：" + "；".join(
-            f"{k[0]}/{k[1]} {said(k, compressed)}" for k in keys) + "。")
+        lines.append(f"工作者发 {settings.compressed_scheme} 时（表 (3)）：" + ("；".join(
+            f"{k[0]}/{k[1]} {said(k, compressed)}" for k in keys) if keys
+            else "只有诚实平均这一格，没有可比的（再给 --compressed-aggregators 或 --compressed-attacks）") + "。")
         pair = ("mean", "tiny-dense"), ("mean", "tiny-dense-fixed")
         if all(k in compressed for k in pair):
             diff = [b - a for a, b in zip(compressed[pair[0]][1], compressed[pair[1]][1])]
@@ -286,7 +317,7 @@ def parse_args(argv=None):
     p = Parser(description="第 9 讲代码 8：会说谎的工作者和稳健聚合 (lecture 9 code 8: Byzantine workers, "
                            "robust aggregation)")
     p.add_argument("--quick", action="store_true",
-                   help="很小的设置，几秒钟跑完（冒烟测试 smoke test）；覆盖 --steps、--warm-steps、--aggregators、"
+                   help="很小的设置（冒烟测试 smoke test）；覆盖 --steps、--warm-steps、--aggregators、"
                         "--attacks、--compressed-aggregators")
     p.add_argument("--workers", type=int_in(3, 32), default=d["workers"], help="工作者数 n, number of workers (default %(default)s)")
     p.add_argument("--liars", type=int_in(1, 15), default=d["liars"],
@@ -354,7 +385,7 @@ def main(argv=None):
                                 liars=settings.liars, aggregator_names=("mean",), seeds=settings.seeds,
                                 optimizer="sgd")
         dense = measure_round(t, scheme="none", warm_steps=settings.warm_steps, liars=settings.liars,
-                              aggregator_names=("mean",), seeds=settings.seeds)
+                              aggregator_names=names, seeds=settings.seeds)
         print_round(study, control, dense)
         for name, why in skipped:
             print_wrapped(f"（表里没有 {name}：{why}）")

@@ -17,7 +17,7 @@ and live recovery from a peer.
 对应讲义 (notes): lectures/lecture09/09_torchft.md §9
 
 运行 (run):
-    python3 code/lecture09/09_torchft.py                        # (a)–(e)，2 核约半分钟
+    python3 code/lecture09/09_torchft.py                        # (a)–(e)；用时见 README 的表（中位数）
     python3 code/lecture09/09_torchft.py --modes diloco --inner-steps 20
     python3 code/lecture09/09_torchft.py --kill-at 0.2 --restart-at 0.8
     python3 code/lecture09/09_torchft.py --no-restart           # 副本 2 不回来

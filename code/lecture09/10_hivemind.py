@@ -18,7 +18,7 @@ that come and go.
 对应讲义 (notes): lectures/lecture09/10_hivemind.md §10
 
 运行 (run):
-    python3 code/lecture09/10_hivemind.py                       # (a)–(f)，2 核约半分钟
+    python3 code/lecture09/10_hivemind.py                       # (a)–(f)；用时见 README 的表（中位数）
     python3 code/lecture09/10_hivemind.py --part-kb 512         # hivemind 默认的块大小
     python3 code/lecture09/10_hivemind.py --compression float16 --matchmaking-s 2
     python3 code/lecture09/10_hivemind.py --quick               # 很小的设置（测试用）
@@ -65,11 +65,13 @@ def build_parser():
                    help="引导节点 bootstrap 在这一轮开始时被 SIGKILL（默认 轮数/2）")
     p.add_argument("--no-churn", action="store_true", help="只跑 (a)：没有进出 (no churn)")
     p.add_argument("--matchmaking-s", type=float_in(0.2, 30), default=DEFAULTS["matchmaking_s"],
-                   help="凑不满一组时最多等多少秒 (hivemind: min_matchmaking_time)；请求限它的一半，3 倍还没组就算错过")
+                   help="凑不满一组时最多等多少秒，传给 hivemind 的 min_matchmaking_time（hivemind 1.1.12 自己默认 5.0）；"
+                        "找组请求的时限 request_timeout 取它的一半（hivemind 默认 3.0），3 倍还没组就算错过")
     p.add_argument("--part-kb", type=int_in(1, 1024), default=DEFAULTS["part_kb"],
                    help="全归约的块大小 part size，KiB（hivemind 默认 512）")
     p.add_argument("--timeout", type=float_in(2, 120), default=DEFAULTS["timeout"],
-                   help="全归约、下载状态最多等多少秒 (all-reduce timeout)；一个同伴沉默它的 1/5 就不再等")
+                   help="全归约、下载状态最多等多少秒 (all-reduce timeout；hivemind 默认不设上限)；一个同伴沉默它的 1/5 "
+                        "就不再等")
     p.add_argument("--model-seed", type=int_in(0, None), default=DEFAULTS["model_seed"],
                    help="模型初始化的种子 model init seed（每个同伴同一个）")
     p.add_argument("--data-seed", type=int_in(0, None), default=DEFAULTS["data_seed"],
@@ -222,7 +224,7 @@ def main(argv=None):
                   f"全在 127.0.0.1。每轮 H = {args.inner_steps} 个内层步，然后平均伪梯度 (pseudo-gradient，"
                   f"S = {tensor_bytes:,} 字节的一个张量，压缩 {args.compression})。找组时凑满 {args.peers} 个就开始，"
                   f"凑不满最多等 {args.matchmaking_s:g} s、至少 2 个才成组，找组的每个请求限 {s.request_s:g} s"
-                  f"（它的一半）；{s.find_s:g} s 还没找到组就算错过了这一轮。块 part {args.part_kb} KiB；全归约最多 "
+                  f"（它的一半；hivemind 1.1.12 自己的默认是 5 s 和 3 s）；{s.find_s:g} s 还没找到组就算错过了这一轮。块 part {args.part_kb} KiB；全归约最多 "
                   f"{args.timeout:g} s，其中一个同伴 {s.chunk_s:g} s 没有动静就不再等它。")
     on_round, t = progress("(a) 不受打扰")
     plain = hivemind_run.run(s, None, on_round=on_round)

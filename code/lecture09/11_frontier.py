@@ -30,7 +30,8 @@ largest term of demo 1's table: compressing the pipeline's activations.
     演示 5（demo 5）：gossip（NoLoCo 的通信方式，Kolehmainen et al. 2025）：每 H 步每个工作者只和一个随机同伴
       平均模型，不做全体的 all-reduce。
       表 (i)：和「全体平均」（只差交换方式的对照）、DiLoCo、每步通信的 AdamW 在同样种子上比：字节/参数，
-        Δ bits/字符，副本之间的散布（交换前、交换后）。
+        Δ bits/字符，副本之间的散布（交换前、交换后）。外加一行：DiLoCo 去掉外层动量（只改一处），
+        把 DiLoCo 和全体平均之差拆成动量的一份和学习率的一份。
       表 (j)：一次交换放到演示 1 的慢网络上：只等自己这一对，和一轮等最慢的一对，各要几秒。
     演示 6（demo 6，要 --demo 6 或 --demo all；all 时最后跑）：AQ-SGD 在真实的 gloo 流水线上：小 GPT 切成 2–3
       个阶段，多个 epoch 训练，激活直接量化（int8 / 4 bit）或发和上次见到同一序列时的变化量，梯度直接量化传回。
@@ -44,11 +45,11 @@ largest term of demo 1's table: compressing the pipeline's activations.
 对应讲义 (notes): lectures/lecture09/11_frontier.md 第 11 节
 
 运行 (run):
-    python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行），时间见 README
-    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上，约 20 秒
+    python3 code/lecture09/11_frontier.py                    # 演示 1-5（课堂上的一次运行）；用时见 README 的表（中位数）
+    python3 code/lecture09/11_frontier.py --demo 6           # AQ-SGD 在真实的 gloo 流水线上
     python3 code/lecture09/11_frontier.py --demo 7 --slowest 4   # 异步 local SGD，最慢的工作者慢 4 倍
     python3 code/lecture09/11_frontier.py --demo all         # 所有演示
-    python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1，几秒钟
+    python3 code/lecture09/11_frontier.py --demo 1           # 只跑演示 1
     python3 code/lecture09/11_frontier.py --demo 2 --seeds 3 --fragments 5 --overlap 2
     python3 code/lecture09/11_frontier.py --demo 3 --topk-per-chunk 8 --chunk 16
     python3 code/lecture09/11_frontier.py --demo 4 --sync-every 10 --sparse-topk 64
@@ -61,7 +62,7 @@ largest term of demo 1's table: compressing the pipeline's activations.
 机器上逐位相同。表 (a) 的误差、表 (c)、(e)、(g)、(i)、(l) 的 bits/字符 和散布来自训练，随 CPU 和种子变；字节只取决于
 形状、块大小、片数和 k；表 (l) 的陈旧和时间只取决于 H、--slowest 和步数。演示 2–5、7 的训练在 --jobs 个进程里，
 和演示 1 同时开始；几个演示共有的行（每步通信的 AdamW，演示 2、4、5、7 的 DiLoCo，演示 5、7 的全体平均）只训练
-一次（演示 1-5：6 + 3 + 3 + 2 次；演示 7 再加 3 次）。用时打印到 stderr。
+一次（演示 1-5：6 + 3 + 3 + 3 次；演示 7 再加 3 次）。用时打印到 stderr。
 """
 
 import sys
@@ -105,7 +106,7 @@ def parse_args(argv=None):
     p.add_argument("--demo", choices=DEMOS + ("1-5", "all"), default="1-5",
                    help="跑哪个演示 which demo；1-5 是课堂上的一次运行，all 再加上演示 6、7 (default %(default)s)")
     p.add_argument("--quick", action="store_true",
-                   help="更少的训练步，几秒钟（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
+                   help="更少的训练步（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
     ga.add_argument("--warm-steps", type=non_negative_int, default=DEFAULTS["warm_steps"],
                     help="训练多少步时第一次见到这批序列 steps before the earlier visit (default %(default)s)")
@@ -299,7 +300,9 @@ def demo5(args, train, rows, results_iter):
     price, all_reduce_s, plain_s, setup = gossip_pricing.price_gossip(4.0)
     priced = report.price_rows(price, all_reduce_s, h)
     report.print_table_j(priced, setup, plain_s, print_wrapped)
-    observations = report.table_i_observations(table, train.n_workers) + report.table_j_observations(priced, price)
+    observations = (report.table_i_observations(table, train.n_workers, outer_lr=train.outer_lr,
+                                                outer_momentum=train.outer_momentum)
+                    + report.table_j_observations(priced, price))
     print_observations(observations)
     return {"table": table, "price": price, "priced": priced, "observations": observations}
 
@@ -354,7 +357,7 @@ def main(argv=None):
         rows = {"2": lambda: streaming_report.build_rows(args.sync_every, args.fragments, args.overlap),
                 "3": lambda: decoupled_report.build_rows(args.topk_per_chunk, args.chunk, train.topk_ratio),
                 "4": lambda: sparseloco_report.build_rows(args.sync_every, args.sparse_topk, args.chunk),
-                "5": lambda: gossip_report.build_rows(args.sync_every),
+                "5": lambda: gossip_report.build_rows(args.sync_every, args.outer_momentum),
                 "7": lambda: async_report.build_rows(args.sync_every, args.slowest)}
         rows = {d: rows[d]() for d in shown}
         seeds = [compressed_dp.Seeds(args.model_seed, args.data_seed).shifted(k) for k in range(args.seeds)]

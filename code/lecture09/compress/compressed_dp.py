@@ -36,6 +36,9 @@ VARIANTS = {"onebit-adam": lambda run, seeds, setup: onebit_adam.train(run, seed
             "adamw-frozen-v-avgclip": lambda run, seeds, setup: onebit_adam.train(run, seeds, setup, compress=False,
                                                                                    clip_average=True),
             "diloco": local_sgd.train,
+            # DiLoCo with setup's outer lr and no outer momentum: the one-change step between
+            # DiLoCo and the full average (code 11's table (i))
+            "diloco-no-momentum": lambda run, seeds, setup: local_sgd.train(run, seeds, setup, outer_momentum=0.0),
             "streaming-diloco": streaming_diloco.train,      # Run.param = (H, fragments, τ)
             "demo": decoupled_momentum.train,                # Run.param = (top-k per chunk, chunk)
             "sparseloco": sparseloco.train,                  # Run.param = (H, top-k per chunk, chunk, bits)

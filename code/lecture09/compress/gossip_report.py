@@ -4,7 +4,11 @@ demo 1's network (table (j)); observations worded from both (lecture 9, §11.6).
 
 The control of the gossip row is "全体平均": the same inner steps, the same H, no outer
 optimizer, only the exchange differs (everyone's mean instead of one peer's). DiLoCo (with
-its Nesterov outer step) is there as the reference of tables (c) and (g).
+its Nesterov outer step) is there as the reference of tables (c) and (g). Between DiLoCo
+(outer lr 0.7, momentum 0.9) and the full average (in effect outer lr 1, momentum 0) sits
+one more row that changes one thing: DiLoCo with momentum 0 and its own lr, so the gap
+splits into what the momentum does and what the learning rate does (notes §11.6). With
+--outer-momentum 0 that row would be the DiLoCo row itself, and it is left out.
 """
 
 import math
@@ -24,20 +28,29 @@ class GossipRow:
     label: str
 
 
-def build_rows(h):
-    """Table (i)'s rows: AdamW (the baseline of Δ), DiLoCo (demos 2 and 4's row), local SGD
+def build_rows(h, outer_momentum=0.9):
+    """Table (i)'s rows: AdamW (the baseline of Δ), DiLoCo (demos 2 and 4's row), DiLoCo
+    without outer momentum (one change from DiLoCo; left out when DiLoCo has none), local SGD
     with a full average (the control), gossip with one random peer."""
     Run = cdp.Run
-    return [GossipRow(Run("AdamW", "adamw", "none"), "AdamW，每步通信（基准）"),
-            GossipRow(Run(f"DiLoCo H{h}", "diloco", "none", param=h), f"DiLoCo，每 {h} 步"),
-            GossipRow(Run(f"Local SGD H{h}", "gossip", "none", param=(h, "all")), "全体平均（对照）"),
-            GossipRow(Run(f"Gossip H{h}", "gossip", "none", param=(h, "gossip")), "gossip，一个随机同伴")]
+    rows = [GossipRow(Run("AdamW", "adamw", "none"), "AdamW，每步通信（基准）"),
+            GossipRow(Run(f"DiLoCo H{h}", "diloco", "none", param=h), f"DiLoCo，每 {h} 步")]
+    if outer_momentum:
+        rows.append(GossipRow(Run(f"DiLoCo H{h} m0", "diloco-no-momentum", "none", param=h),
+                              f"DiLoCo，每 {h} 步，动量 0"))
+    return rows + [GossipRow(Run(f"Local SGD H{h}", "gossip", "none", param=(h, "all")), "全体平均（对照）"),
+                   GossipRow(Run(f"Gossip H{h}", "gossip", "none", param=(h, "gossip")), "gossip，一个随机同伴")]
 
 
 def _labels(table):
     find = (lambda mode: next(l for l, (row, _, _) in table.items()
                               if row.run.optimizer == "gossip" and row.run.param[1] == mode))
     return find("all"), find("gossip")
+
+
+def _optimizer_label(table, optimizer):
+    """The label of the row trained with `optimizer`, or None if the table has none."""
+    return next((l for l, (row, _, _) in table.items() if row.run.optimizer == optimizer), None)
 
 
 def _pair(table, a, b):
@@ -58,11 +71,14 @@ def _spread_cell(results, i):
 def print_table_i(setup, table, h, n_seeds, out):
     t = setup
     control, _ = _labels(table)
+    no_momentum = _optimizer_label(table, "diloco-no-momentum")
     out(f"(i) 小 GPT，{t.n_workers} 个工作者，{t.steps} 步，前向 {t.precision}，每 {h} 步交换一次模型。「全体平均」和 gossip "
         "都没有外层优化器：交换后一个工作者的模型 = 全体的平均，或它和一个随机同伴的平均（每次重新随机配对）。"
         f"评估的是 {t.n_workers} 个副本的平均模型。字节 = 每个工作者平均每步每个参数发出的字节。散布 = 副本之间的相对距离 "
         "sqrt(平均 ||θ_w − θ̄||²) / ||θ̄||，交换前、交换后各取所有交换的平均。（DiLoCo 每次交换后也人人一样。）Δ = 这一行 − 同样种子的 AdamW；"
-        f"比对照 = 这一行 − 同样种子的「{control}」，平均（配对差，{n_seeds} 组种子；范围见观察）：")
+        f"比对照 = 这一行 − 同样种子的「{control}」，平均（配对差，{n_seeds} 组种子；范围见观察）。"
+        + (f"「{no_momentum}」和 DiLoCo 只差一处：外层 lr 还是 {t.outer_lr:g}，不用动量，"
+           "夹在 DiLoCo 和全体平均（相当于 lr 1、动量 0）之间：" if no_momentum else ""))
     rows = []
     for label, (row, results, deltas) in table.items():
         bpcs = [r.bpc for r in results if math.isfinite(r.bpc)]
@@ -89,7 +105,46 @@ def bytes_words(gossip, control, g, a, n_workers):
     return words + f"；W = {n_workers} 时环形 all-reduce 每人也只发一份"
 
 
-def table_i_observations(table, n_workers, tolerance=cdp.DELTA_TOLERANCE_BPC):
+def _part(d, n, tolerance):
+    """A paired difference in words: mean, the seeds' range, the verdict."""
+    spread = "" if n == 1 else f"，各种子 {_signed(min(d))}..{_signed(max(d))}"
+    return f"{_signed(sum(d) / n)}{spread}（{WORDS[cdp.verdict(d, tolerance)]}）"
+
+
+def outer_step_words(table, outer_lr, outer_momentum, tolerance=cdp.DELTA_TOLERANCE_BPC):
+    """DiLoCo against the full average, split one change at a time: the momentum (DiLoCo −
+    its momentum-0 row), then the learning rate (that row − the full average). Which part is
+    larger is said only when both parts hold the same sign on every seed."""
+    diloco, control = _optimizer_label(table, "diloco"), _labels(table)[0]
+    no_momentum = _optimizer_label(table, "diloco-no-momentum")
+    n = len(table[diloco][1])
+    total = _pair(table, diloco, control)
+    if not all(math.isfinite(x) for x in total):
+        return f"外层优化器：「{diloco}」或「{control}」发散了，没有配对差"
+    head = f"外层优化器：「{diloco}」（lr {outer_lr:g}，动量 {outer_momentum:g}）比「{control}」：{_part(total, n, tolerance)}"
+    if no_momentum is None:
+        if outer_lr == 1:
+            return head + "。lr 1、没有动量的 DiLoCo 和全体平均是同一个计算，只差舍入"
+        return head + f"。DiLoCo 没有动量（--outer-momentum 0），两行只差外层 lr（{outer_lr:g} 和 1）"
+    mom, lr = _pair(table, diloco, no_momentum), _pair(table, no_momentum, control)
+    if not all(math.isfinite(x) for x in mom + lr):
+        return head + f"；「{no_momentum}」发散了，拆不开"
+    words = (head + f"。一次只改一处，拆成两份：动量那一份（「{diloco}」减「{no_momentum}」）{_part(mom, n, tolerance)}；"
+             f"lr 那一份（{outer_lr:g} 对 1，「{no_momentum}」减「{control}」）{_part(lr, n, tolerance)}")
+    if outer_lr == 1:
+        return words + "；lr 已经是 1，后一段只是舍入"
+    m, l = sum(mom) / n, sum(lr) / n
+    if round(m, 4) + round(l, 4) != round(sum(total) / n, 4):
+        words += "（两段相加和总差差在最后一位，是舍入）"
+    v_mom, v_lr = cdp.verdict(mom, tolerance), cdp.verdict(lr, tolerance)
+    if v_mom == v_lr and v_mom in ("worse", "better") and abs(m) != abs(l):
+        words += "；两份同号，平均来看" + ("lr" if abs(l) > abs(m) else "动量") + "那一份大"
+    elif {v_mom, v_lr} == {"worse", "better"}:
+        words += "；两份方向相反，互相抵消了一部分"
+    return words
+
+
+def table_i_observations(table, n_workers, tolerance=cdp.DELTA_TOLERANCE_BPC, outer_lr=0.7, outer_momentum=0.9):
     control, gossip = _labels(table)
     n = len(table[gossip][1])
     g, a = table[gossip][1][0].bytes_per_element, table[control][1][0].bytes_per_element
@@ -109,6 +164,7 @@ def table_i_observations(table, n_workers, tolerance=cdp.DELTA_TOLERANCE_BPC):
         kept = f"，是交换前（{before:.4f}）的 {after / before:.0%}" if before > 0 else ""
         lines.append(f"散布：「{control}」交换后是 {c_after:.4f}（人人一样）；「{gossip}」交换后还有 {after:.4f}{kept}："
                      "和一个同伴平均只把副本拉近，不拉齐")
+    lines.append(outer_step_words(table, outer_lr, outer_momentum, tolerance))
     return lines
 
 

@@ -33,7 +33,11 @@ def events_in(record, r):
             continue
         if what == "join":
             got = [d for d in record.downloads if d.peer == churn.join[0] and d.missed is None]
-            out.append(f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else ""))
+            text = f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else "")
+            if got and got[0].round > r:
+                text += (f"：下载到的已是第 {got[0].round} 轮开始时的状态，它从第 {got[0].round} 轮起才平均，"
+                         f"第 {r} 轮没有它")
+            out.append(text)
         elif what == "leave":
             out.append(f"同伴 {churn.leave[0]} 离开 leaves (SIGKILL)")
         else:
@@ -74,20 +78,41 @@ def round_lines(record, tensor_bytes):
                     if record.of_round(r) and events_in(record, r)]
 
 
+def late_start(record):
+    """(the round the late peer was let in, the round its first download starts), or None
+    when there is no late peer or no download: the two differ when the others had already
+    moved on to a later round by the time it asked a peer for the state."""
+    if not record.churn.join or "join" not in record.events:
+        return None
+    peer = record.churn.join[0]
+    got = [d for d in record.downloads if d.peer == peer and d.missed is None]
+    return (record.events["join"][1] + 1, got[0].round) if got else None
+
+
 def late_observation(record, matchmaking_s):
-    """How often the late peer found a group after it joined (None: no late peer, or always)."""
+    """How the late peer started and how often it found a group after it joined (None: no
+    late peer, or it averaged from the round it was let in, in a group every round). Three
+    outcomes for the round it was let in: it averaged in it; it found no group in it; or the
+    state it downloaded already began a later round, and it was not in that round at all."""
     if not record.churn.join:
         return None
     peer = record.churn.join[0]
     mine = [x for x in record.rounds if x.peer == peer]
     alone = [x for x in mine if x.members == (peer,)]
+    start = late_start(record)
+    later = ""
+    if start is not None and start[1] > start[0]:
+        later = (f"同伴 {peer} 在第 {start[0]} 轮被放行，可它下载到的已是第 {start[1]} 轮开始时的状态（别的同伴已经"
+                 f"走进下一轮）：它从第 {start[1]} 轮起平均，第 {start[0]} 轮的组里没有它，表 (b) 第 {start[0]} 轮那行的"
+                 "事件说的是放行。")
     if not alone:
-        return None
+        return later or None
     if len(alone) == len(mine):
         return (f"同伴 {peer} 加入以后的 {len(mine)} 轮一次也没凑上组：每次都晚到，别的同伴凑组只等 --matchmaking-s "
                 f"{matchmaking_s:g} s；它找不到组，就再下载一次状态、接着晚到。对照 control：只改 --matchmaking-s，"
-                "见讲义 §10。")
-    return f"同伴 {peer} 加入以后的 {len(mine)} 轮里有 {len(alone)} 轮没凑上组（一个人的组 a group of one）。"
+                "见讲义 §10。" + later)
+    return (f"同伴 {peer} 加入以后的 {len(mine)} 轮里有 {len(alone)} 轮没凑上组（一个人的组 a group of one）。"
+            + later)
 
 
 def formula_holds(record, tensor_bytes):
