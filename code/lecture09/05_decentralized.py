@@ -25,6 +25,8 @@ compressing what workers send.
     python3 code/lecture09/05_decentralized.py --demo 2 --topk-ratio 0.05 --steps 600
     python3 code/lecture09/05_decentralized.py --network aws-world   # Yuan et al. 实测的 8 城市网络
     python3 code/lecture09/05_decentralized.py --quick     # 很小的设置，几秒钟（测试用）
+    python3 code/lecture09/05_decentralized.py --demo executed   # 演示 1 的分配在模拟链路上真的跑（讲义 5.11）
+    python3 code/lecture09/05_decentralized.py --demo emulator   # 链路模拟器自己的误差（讲义 5.11）
     python3 code/lecture09/05_decentralized.py --help      # 所有参数
 
 演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--seeds N 时 10 × N 个），各 300 步，
@@ -115,6 +117,10 @@ GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
 LATENCY_MS = float_in(0, 1e4)            # up to 10 s
 MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64            # each cut then pays the latency 64 times per direction
+# --demo executed / emulator (lecture09/network, §5.11): opt-in, never part of "all".
+NETWORK_DEMOS = ("executed", "emulator")
+EXECUTED_BUDGET_S = 60.0          # real seconds the executed demo may take; more: refused (exit 2)
+REGION_CHOICES = (1, 2, 4, 8)     # --regions: 32 devices in this many equal regions
 
 
 # =============================================================================
@@ -139,7 +145,8 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 5：去中心化训练 (lecture 9 code 5: decentralized training)",
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
-    p.add_argument("--demo", choices=("1", "2", "all"), default="all", help="跑哪个演示 which demo (default all)")
+    p.add_argument("--demo", choices=("1", "2", "all") + NETWORK_DEMOS, default="all",
+                   help="跑哪个演示 which demo；all = 1 和 2；executed、emulator 只在点名时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
@@ -172,6 +179,11 @@ def parse_args(argv=None):
                     help="持平局部搜索每次的提议数 proposals per sideways search (default %(default)s)")
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default %(default)s)")
+    g3 = p.add_argument_group("模拟链路 emulated links (--demo executed)")
+    g3.add_argument("--time-scale", type=float_in(1e-4, 1), default=5e-3,
+                    help="任务的 1 秒跑成几秒 real seconds per job second (default %(default)s)")
+    g3.add_argument("--regions", type=int, choices=REGION_CHOICES, default=len(s.region_sizes),
+                    help="32 张卡平分到几个地区 regions (default %(default)s)")
     g2 = p.add_argument_group("演示 2 demo 2")
     training_flags.add_training_arguments(g2, d)
     g2.add_argument("--topk-ratio", type=ratio, default=d["topk_ratio"], help="top-k 保留的比例 (default %(default)s)")
@@ -194,6 +206,8 @@ def parse_args(argv=None):
                        global_batch=args.global_batch, n_random=args.random_layouts, restarts=args.restarts,
                        strict_iters=args.strict_iters, sideways_iters=args.sideways_iters,
                        genetic_budget=args.genetic_budget)
+    if args.regions != len(s.region_sizes):
+        schedule = replace(schedule, region_sizes=(s.n_gpus // args.regions,) * args.regions)
     if args.quick:
         schedule = replace(schedule, **QUICK_SCHEDULE)
     if schedule.global_batch < schedule.n_replicas:
@@ -210,10 +224,12 @@ def parse_args(argv=None):
     if schedule.genetic_budget < least_budget:
         p.error(f"--genetic-budget 至少要 {least_budget} (must be at least {least_budget})")
     note = unused_flags_note(args, given_flags(p, argv), {a.dest for a in g1._group_actions},
-                             {a.dest for a in g2._group_actions})
+                             {a.dest for a in g2._group_actions}, {a.dest for a in g3._group_actions})
     if note:
         print(note, file=sys.stderr)
-    if args.demo == "1":   # pure arithmetic: no torch to import (about 1.5 s saved)
+    if args.demo == "executed":
+        _check_executed_budget(p, schedule, args.time_scale)
+    if args.demo in ("1",) + NETWORK_DEMOS:   # pure arithmetic or threads: no torch (about 1.5 s saved)
         return args, schedule, None
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
@@ -226,14 +242,31 @@ def parse_args(argv=None):
     return args, schedule, compression
 
 
-def unused_flags_note(args, given, demo1_dests, demo2_dests):
+def _check_executed_budget(p, schedule, time_scale):
+    """Refuse (exit 2, one line) a network so slow that the executed demo would not end within
+    EXECUTED_BUDGET_S real seconds: its runs priced by the cost model, times the scale."""
+    from lecture09.network.executed_report import planned_model_seconds
+    real_s = planned_model_seconds(schedule) * time_scale
+    if real_s > EXECUTED_BUDGET_S:
+        p.error(f"网络太慢：要 {real_s:.3g} 秒 > {EXECUTED_BUDGET_S:.0f} 秒 (too slow)")
+
+
+def unused_flags_note(args, given, demo1_dests, demo2_dests, network_dests=frozenset()):
     """One stderr line naming the given flags this run does not use (None if there are none):
     those of the demo that does not run, and those --quick replaces with its own values.
     The rule everywhere: run anyway, and say so (never refuse)."""
     def names(dests):
         return " ".join("--" + dest.replace("_", "-") for dest in sorted(dests))
 
-    ignored = (demo2_dests if args.demo == "1" else demo1_dests if args.demo == "2" else set()) & given
+    network_dests = set(network_dests) - demo1_dests
+    if args.demo in NETWORK_DEMOS:   # the executed demo reads demo 1's network flags, not its search budgets
+        searches = {"random_layouts", "restarts", "strict_iters", "sideways_iters", "genetic_budget",
+                    "second_batch"}
+        ignored = (demo2_dests | searches | (network_dests if args.demo == "emulator" else set())
+                   | (demo1_dests if args.demo == "emulator" else set())) & given
+    else:
+        ignored = (demo2_dests if args.demo == "1" else demo1_dests if args.demo == "2" else set()) & given
+        ignored |= network_dests & given
     overridden = (set(QUICK_OVERRIDES) & given) - ignored if args.quick else set()
     parts = []
     if ignored:
@@ -254,6 +287,17 @@ def main(argv=None):
         # Training starts first, in worker processes, so it overlaps demo 1's search.
         pool, results_iter = compressed_dp.start_training(demo2_report.training_jobs(compression), compression.jobs)
     try:
+        if args.demo == "emulator":
+            from lecture09.network.accuracy import print_accuracy
+            results["emulator"] = print_accuracy()
+        if args.demo == "executed":
+            from lecture09.network.executed_report import run_executed
+            from lecture09.network.emulator import TimeScale
+            from lecture01.console import StatusLine
+            status = StatusLine(sys.stderr, min_interval_s=0, log_interval_s=0)
+            results["executed"] = run_executed(schedule, TimeScale(time=args.time_scale),
+                                               step=lambda text: status.show(f"  执行中 running：{text}"))
+            status.clear()
         if args.demo in ("1", "all"):
             results["demo1"] = run_demo1(schedule)
             demo1_observations(schedule, results["demo1"])
