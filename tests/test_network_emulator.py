@@ -31,8 +31,9 @@ def test_one_message_arrives_after_serialisation_plus_latency_with_its_bytes():
     assert emu.bytes_sent() == {(0, 1): 1000}
 
 
-def test_fifo_on_one_link_each_message_waits_for_the_previous_serialisation():
-    emu = uniform(2)
+@pytest.mark.parametrize("shared", [True, False])
+def test_fifo_on_one_link_each_message_waits_for_the_previous_serialisation(shared):
+    emu = uniform(2, shared_uplink=shared)
     sizes = (1000, 3000, 500)
     sent = [emu.send(0, 1, bytes([k]) * n) for k, n in enumerate(sizes)]
     done = 0.0
