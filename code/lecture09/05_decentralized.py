@@ -27,6 +27,7 @@ compressing what workers send.
     python3 code/lecture09/05_decentralized.py --quick     # 很小的设置，几秒钟（测试用）
     python3 code/lecture09/05_decentralized.py --demo executed   # 演示 1 的分配在模拟链路上真的跑（讲义 5.11）
     python3 code/lecture09/05_decentralized.py --demo emulator   # 链路模拟器自己的误差（讲义 5.11）
+    python3 code/lecture09/05_decentralized.py --demo time --seeds 2   # 慢网络上到目标 bpc 的秒数（5.11）
     python3 code/lecture09/05_decentralized.py --help      # 所有参数
 
 演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--seeds N 时 10 × N 个），各 300 步，
@@ -118,9 +119,10 @@ LATENCY_MS = float_in(0, 1e4)            # up to 10 s
 MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64            # each cut then pays the latency 64 times per direction
 # --demo executed / emulator (lecture09/network, §5.11): opt-in, never part of "all".
-NETWORK_DEMOS = ("executed", "emulator")
+NETWORK_DEMOS = ("executed", "emulator", "time")
 EXECUTED_BUDGET_S = 60.0          # real seconds the executed demo may take; more: refused (exit 2)
 REGION_CHOICES = (1, 2, 4, 8)     # --regions: 32 devices in this many equal regions
+TARGET_BPC = 2.5                  # --demo time: a validation bpc every scheme's fp32 twin passes in 300 steps
 
 
 # =============================================================================
@@ -184,6 +186,8 @@ def parse_args(argv=None):
                     help="任务的 1 秒跑成几秒 real seconds per job second (default %(default)s)")
     g3.add_argument("--regions", type=int, choices=REGION_CHOICES, default=len(s.region_sizes),
                     help="32 张卡平分到几个地区 regions (default %(default)s)")
+    g3.add_argument("--target-bpc", type=float_in(0.5, 6), default=TARGET_BPC,
+                    help="--demo time 的目标：验证 bits/字符 (default %(default)s)")
     g2 = p.add_argument_group("演示 2 demo 2")
     training_flags.add_training_arguments(g2, d)
     g2.add_argument("--topk-ratio", type=ratio, default=d["topk_ratio"], help="top-k 保留的比例 (default %(default)s)")
@@ -229,7 +233,7 @@ def parse_args(argv=None):
         print(note, file=sys.stderr)
     if args.demo == "executed":
         _check_executed_budget(p, schedule, args.time_scale)
-    if args.demo in ("1",) + NETWORK_DEMOS:   # pure arithmetic or threads: no torch (about 1.5 s saved)
+    if args.demo in ("1", "executed", "emulator"):   # arithmetic or threads: no torch (about 1.5 s saved)
         return args, schedule, None
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
@@ -262,8 +266,9 @@ def unused_flags_note(args, given, demo1_dests, demo2_dests, network_dests=froze
     if args.demo in NETWORK_DEMOS:   # the executed demo reads demo 1's network flags, not its search budgets
         searches = {"random_layouts", "restarts", "strict_iters", "sideways_iters", "genetic_budget",
                     "second_batch"}
-        ignored = (demo2_dests | searches | (network_dests if args.demo == "emulator" else set())
-                   | (demo1_dests if args.demo == "emulator" else set())) & given
+        unused = (demo2_dests - ({"steps", "seeds", "model_seed", "data_seed"} if args.demo == "time" else set())
+                  if args.demo != "emulator" else demo2_dests | demo1_dests | network_dests)
+        ignored = (unused | searches) & given
     else:
         ignored = (demo2_dests if args.demo == "1" else demo1_dests if args.demo == "2" else set()) & given
         ignored |= network_dests & given
@@ -297,6 +302,14 @@ def main(argv=None):
             status = StatusLine(sys.stderr, min_interval_s=0, log_interval_s=0)
             results["executed"] = run_executed(schedule, TimeScale(time=args.time_scale),
                                                step=lambda text: status.show(f"  执行中 running：{text}"))
+            status.clear()
+        if args.demo == "time":
+            from lecture09.compress.slow_network_report import print_time_demo
+            from lecture09.compress.demo2_report import seed_list
+            from lecture01.console import StatusLine
+            status = StatusLine(sys.stderr, min_interval_s=0, log_interval_s=0)
+            results["time"] = print_time_demo(compression.train, schedule, seed_list(compression), args.target_bpc,
+                                              step=lambda text: status.show(f"  训练中 training：{text}"))
             status.clear()
         if args.demo in ("1", "all"):
             results["demo1"] = run_demo1(schedule)

@@ -13,7 +13,7 @@ not pile up along a chain of messages: it shows once, when the last device finis
 (Protocol NanoGPT stamps its messages at the sender the same way.) stamped=False uses the
 real clock at every send: the control that shows the pile-up. The
 bytes are those of the payload actually sent (bytes, numpy arrays, torch tensors, or a
-list of them), never a declared count: `send(..., declared_bytes=n)` is recorded beside
+list or dict of them), never a declared count: `send(..., declared_bytes=n)` is recorded beside
 the real count and ignored for the timing.
 
 shared_uplink: with True, a device's outgoing links share one queue (one NIC sends one
@@ -72,6 +72,8 @@ def payload_nbytes(payload):
         return payload.nbytes
     if isinstance(payload, (list, tuple)):
         return sum(payload_nbytes(p) for p in payload)
+    if isinstance(payload, dict):   # a scheme's encoded parts: name -> tensor
+        return sum(payload_nbytes(p) for p in payload.values())
     if hasattr(payload, "element_size") and hasattr(payload, "numel"):   # a torch tensor, duck-typed
         return int(payload.numel()) * int(payload.element_size())
     if hasattr(payload, "nbytes"):   # numpy
@@ -83,6 +85,8 @@ def _copied(payload):
     """What the receiver gets: a copy, so no buffer is shared between sender and receiver."""
     if isinstance(payload, (list, tuple)):
         return type(payload)(_copied(p) for p in payload)
+    if isinstance(payload, dict):
+        return {k: _copied(v) for k, v in payload.items()}
     if isinstance(payload, (bytes, bytearray, memoryview)):
         return bytes(payload)
     if hasattr(payload, "clone"):
@@ -196,9 +200,11 @@ class LinkEmulator:
         """Compute for `seconds` real seconds (the device is busy, its links are not)."""
         self.sleep_until(self.now() + seconds)
 
-    def recv(self, dst, src, timeout=None):
+    def recv(self, dst, src, timeout=None, wait=True):
         """The next message on src -> dst (FIFO), when it arrives; its payload.
-        TimeoutError if none is sent within `timeout` real seconds."""
+        TimeoutError if none is sent within `timeout` real seconds. wait=False: hand it
+        over at once and only move dst's stamped clock to its arrival (a caller that runs
+        every device in one thread, e.g. compress/slow_network.py)."""
         deadline = None if timeout is None else self.now() + timeout
         with self._lock:
             queue = self._queues[(src, dst)]
@@ -208,8 +214,9 @@ class LinkEmulator:
                     raise TimeoutError(f"nothing on link {src}->{dst} within {timeout} s")
                 self._lock.wait(left)
             message = queue.popleft()
-        self.sleep_until(message.model_arrival_s)
-        message.arrival_s = self.now()
+        if wait:
+            self.sleep_until(message.model_arrival_s)
+        message.arrival_s = self.now() if wait else message.model_arrival_s
         self.device_clock[dst] = max(self.device_clock[dst], message.model_arrival_s)
         payload, message.payload = message.payload, None
         return payload
