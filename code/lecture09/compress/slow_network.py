@@ -178,6 +178,63 @@ def train_timed(run, seeds, setup, net, devices, scale, eval_every, eval_windows
                     curve[-1][2] if curve and not diverged else float("nan"), tuple(curve), diverged)
 
 
+def train_timed_diloco(run, seeds, setup, net, devices, scale, eval_every, eval_windows=64):
+    """DiLoCo (compress/local_sgd.train's loop, H = run.param inner steps, its pseudo-gradient
+    encoded by run.scheme) with each sync's encoded tensors on emulated links; a TimedRun.
+    Between syncs the workers do not wait; a worker's compute is a quarter of the measured
+    inner step (local_sgd.inner_step runs the 4 one after another)."""
+    import copy
+    from lecture09.compress import local_sgd
+
+    tiny_gpt.use_deterministic_threads()
+    train_data, val_data = world_tokens(setup.world_seed)
+    r, n_workers, H = setup.recipe, setup.n_workers, run.param
+    global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
+    global_params = list(global_model.parameters())
+    outer = torch.optim.SGD(global_params, lr=setup.outer_lr, momentum=setup.outer_momentum,
+                            nesterov=setup.outer_momentum > 0)
+    workers = [copy.deepcopy(global_model) for _ in range(n_workers)]
+    inner = [tiny_gpt.make_adamw(w, r) for w in workers]
+    exchange = EmulatedExchange(run, setup, emulator_for(net, devices, scale), list(range(len(devices))))
+    gen = torch.Generator().manual_seed(seeds.data)
+    curve, since_sync, diverged, steps = [], 0.0, False, 0
+    for step in range(r.steps):
+        lr = tiny_gpt.lr_at(step, r.steps, r.peak_lr)
+        x, y = tiny_gpt.get_batch(train_data, r.batch_size, global_model.config.block_size, gen)
+        t0 = time.perf_counter()
+        loss_sum = local_sgd.inner_step(workers, inner, x, y, lr, r.clip_norm, setup.precision == "bf16")
+        since_sync += (time.perf_counter() - t0) / n_workers
+        if not math.isfinite(loss_sum):
+            diverged = True
+            break
+        steps = step + 1
+        if (step + 1) % H == 0 or step + 1 == r.steps:
+            theta = torch.nn.utils.parameters_to_vector(global_params).detach()
+            deltas = [theta - torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in workers]
+            pseudo_gradient = exchange.step(deltas, [since_sync] * n_workers)
+            since_sync = 0.0
+            offset = 0
+            for p in global_params:
+                p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
+                offset += p.numel()
+            outer.step()
+            for model in workers:
+                with torch.no_grad():
+                    for p, g in zip(model.parameters(), global_params):
+                        p.copy_(g)
+        if (step + 1) % eval_every == 0:
+            curve.append((step + 1, scale.job_seconds(exchange.clock + since_sync),
+                          tiny_gpt.bits_per_char(global_model, val_data, n_windows=eval_windows)))
+    n = global_model.n_params()
+    steps = max(1, steps)
+    per_step_bytes = exchange.bytes_sent / steps / n_workers
+    return TimedRun(run.key, seeds.model, steps, scale.job_seconds(exchange.compute_s) / steps,
+                    scale.job_seconds(exchange.network_s) / steps, per_step_bytes / scale.bytes,
+                    per_step_bytes / (n_workers - 1) / n,
+                    float("nan") if diverged else tiny_gpt.bits_per_char(global_model, val_data, n_windows=eval_windows),
+                    tuple(curve), diverged)
+
+
 def calibrate(setup, seeds, steps=6):
     """Median measured seconds of one worker's gradient on the tiny model (real)."""
     tiny_gpt.use_deterministic_threads()

@@ -7,12 +7,13 @@ import statistics
 from dataclasses import dataclass, replace
 
 from lecture01.console import print_header, print_table, print_wrapped
-from lecture09.compress.slow_network import calibrate, time_scale_for, train_timed
+from lecture09.compress.slow_network import calibrate, time_scale_for, train_timed, train_timed_diloco
 from lecture09.compress.training import Run, Seeds
 from lecture09.schedule.schedule_setup import build_networks
 
 ROWS = (Run("fp32", "adamw", "none"), Run("fp16", "adamw", "fp16"), Run("int8", "adamw", "int8"),
-        Run("top-k+EF", "adamw", "topk", error_feedback=True), Run("sign+EF", "adamw", "sign", error_feedback=True))
+        Run("top-k+EF", "adamw", "topk", error_feedback=True), Run("sign+EF", "adamw", "sign", error_feedback=True),
+        Run("DiLoCo H=10", "diloco", "none", param=10), Run("DiLoCo H=10 int8", "diloco", "int8", param=10))
 EVAL_EVERY = 10
 
 
@@ -77,7 +78,8 @@ def run_rows(setup, schedule, seeds_list, target, step=lambda text: None):
     for seeds in seeds_list:
         for run in ROWS:
             step(f"{run.label}，种子 seeds ({seeds.model}, {seeds.data})")
-            runs[(run.key, seeds)] = train_timed(run, seeds, setup, net, devices, scale, EVAL_EVERY)
+            train = train_timed_diloco if run.optimizer == "diloco" else train_timed
+            runs[(run.key, seeds)] = train(run, seeds, setup, net, devices, scale, EVAL_EVERY)
     rows = []
     for run in ROWS:
         timed = [runs[(run.key, s)] for s in seeds_list]
@@ -98,10 +100,6 @@ def order(rows, attr, reverse=False):
     return [r.label for r in sorted(rows, key=key)]
 
 
-def few_steps(rows):
-    return "这些"
-
-
 def observations(rows, target, out=print_wrapped):
     out("观察 Observations（慢网络上到目标的时间）：")
     by_s, by_bytes = order(rows, "to_target"), [r.label for r in sorted(rows, key=lambda r: r.job_gb)]
@@ -118,7 +116,7 @@ def observations(rows, target, out=print_wrapped):
         first_diff = next(i for i, (a, b) in enumerate(zip(by_s, by_bytes)) if a != b)
         few = next(r for r in rows if r.label == by_bytes[first_diff])
         reached = _mean(few.to_target)
-        when = f"到目标要 {reached:.0f} 秒" if reached is not None else f"在 {few_steps(rows)} 步内{fmt_spread(few.to_target)}目标"
+        when = f"到目标要 {reached:.0f} 秒" if reached is not None else f"到最后{fmt_spread(few.to_target)}目标"
         out(f" {n}. 秒数和字节的排序在第 {first_diff + 1} 位分开：{few.label} 每步只发 {few.job_gb:.2f} GB，"
             f"却{when}（最后 bpc {fmt_spread(few.bpc, 3)}，Δ {fmt_spread(few.delta, 3)}）："
             f"它省下每步的秒数，却要更多步。对照'无网络 秒'（同一条曲线，去掉等待，只剩计算）的排序是 "
