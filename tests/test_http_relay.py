@@ -93,6 +93,8 @@ def test_the_relay_observation_reads_its_table_on_each_branch():
     assert "none 实测 0.160、模型 0.270、对照 0.160" in relay_observation(near_control)
     near_model = [("none", 0.15, 0.42, 0.27, 0.27, 0.16)]
     assert "每一种都离模型更近" in relay_observation(near_model)
+    noisy = [("none", 0.5, 0.4, -0.1, 0.27, 0.16)]
+    assert "读不出结论" in relay_observation(noisy + near_control)
     mixed = near_control[:1] + near_model
     assert "none 离 1 次往返的对照更近，其余离模型更近" in relay_observation(mixed)
 
@@ -103,5 +105,5 @@ def test_modelled_comm_counts_round_trips_per_request():
     from lecture09.swarm.swarm_report import Link
     r = SimpleNamespace(requests_per_upload=2.0, up_bytes_per_upload=1e6, down_bytes_per_upload=5e6)
     link = Link(10.0, 25.0, 50.0)
-    assert modelled_comm_s(r, link) == pytest.approx(2 * 2 * 0.05 + 0.1 + 0.2)
+    assert modelled_comm_s(r, link, 2) == pytest.approx(2 * 2 * 0.05 + 0.1 + 0.2)
     assert modelled_comm_s(r, link, 1) == pytest.approx(2 * 0.05 + 0.1 + 0.2)

@@ -354,8 +354,8 @@ def print_timing(results, link, file, relay=None):
             print(line, file=file)
     file.flush()
     if relay is not None:
-        from lecture09.swarm.swarm_relay import relay_demo   # it imports this module
-        relay_demo(*relay, results, link)
+        from lecture09.swarm.swarm_relay import relay_demo
+        relay_demo(run_swarm, ROUND_TRIPS_PER_REQUEST, *relay, results, link)
 
 
 def demo_server_checks(token="demo-token"):
