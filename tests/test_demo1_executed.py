@@ -168,3 +168,16 @@ def test_claims_the_executed_demo_at_its_defaults():
     assert max(closed, key=closed.get) == "no_overlap"
     by = {c.name: c for c in seeds[0].controls if c.layout == "optimum"}
     assert by["uplink_off"].measured_s < by["executed"].measured_s < by["lockstep"].measured_s
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("argv", [["--demo", "executed"], ["--demo", "time", "--steps", "300"]])
+def test_ctrl_c_stops_with_one_line_and_leaves_no_process(argv):
+    import time
+    from conftest import press_ctrl_c, start_in_own_group
+    proc = start_in_own_group(LECTURE09 / "05_decentralized.py", *argv)
+    time.sleep(4)
+    status, _, err, left = press_ctrl_c(proc)
+    assert status == 130 and not left
+    assert "Traceback" not in err and err.rstrip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"

@@ -210,7 +210,7 @@ def parse_args(argv=None):
                        global_batch=args.global_batch, n_random=args.random_layouts, restarts=args.restarts,
                        strict_iters=args.strict_iters, sideways_iters=args.sideways_iters,
                        genetic_budget=args.genetic_budget)
-    if args.regions != len(s.region_sizes):
+    if args.regions != len(s.region_sizes) and args.demo in NETWORK_DEMOS:   # other demos: ignored (note)
         schedule = replace(schedule, region_sizes=(s.n_gpus // args.regions,) * args.regions)
     if args.quick:
         schedule = replace(schedule, **QUICK_SCHEDULE)
@@ -268,6 +268,7 @@ def unused_flags_note(args, given, demo1_dests, demo2_dests, network_dests=froze
                     "second_batch"}
         unused = (demo2_dests - ({"steps", "seeds", "model_seed", "data_seed"} if args.demo == "time" else set())
                   if args.demo != "emulator" else demo2_dests | demo1_dests | network_dests)
+        unused |= {"time_scale"} if args.demo == "time" else {"target_bpc"} if args.demo == "executed" else set()
         ignored = (unused | searches) & given
     else:
         ignored = (demo2_dests if args.demo == "1" else demo1_dests if args.demo == "2" else set()) & given
