@@ -107,3 +107,32 @@ def test_modelled_comm_counts_round_trips_per_request():
     link = Link(10.0, 25.0, 50.0)
     assert modelled_comm_s(r, link, 2) == pytest.approx(2 * 2 * 0.05 + 0.1 + 0.2)
     assert modelled_comm_s(r, link, 1) == pytest.approx(2 * 0.05 + 0.1 + 0.2)
+
+
+def test_a_link_too_slow_for_the_budget_is_one_line_and_no_run(capsys):
+    from types import SimpleNamespace
+    from lecture09.swarm import swarm_relay
+    from lecture09.swarm.swarm_report import Link
+    r = SimpleNamespace(requests_per_upload=2.0, up_bytes_per_upload=3e5, down_bytes_per_upload=4e5, steps=60)
+    slow = Link(0.01, 0.01, 50.0)
+    assert swarm_relay.relay_budget_s([r], slow, 2) == pytest.approx(60 * (0.2 + 30 + 40))
+    assert swarm_relay.relay_demo(None, 2, None, None, None, None, [r], slow) == []
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "too slow" in out[0]
+
+
+SWARM_RELAY_ARGV = [["--modes", "none", "--rtt-ms", "0"],
+                    ["--modes", "topk", "--uplink-mbyte-per-s", "1000000", "--downlink-mbyte-per-s", "1000000"],
+                    ["--modes", "none", "--uplink-mbyte-per-s", "0.01"]]
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+@pytest.mark.parametrize("argv", SWARM_RELAY_ARGV)
+def test_code6_relay_extremes_run_and_fit(argv):
+    from conftest import LECTURE09, load_script, main_quietly
+    from lecture01.console import display_width
+    code6 = load_script(LECTURE09 / "06_swarm_http.py")
+    _, out = main_quietly(code6.main, ["--quick", "--relay", *argv])
+    assert "(1c)" in out
+    assert not [line for line in out.splitlines() if display_width(line) > 100]

@@ -17,6 +17,15 @@ from dataclasses import replace
 from lecture01.console import print_table, print_wrapped
 
 
+RELAY_BUDGET_S = 300.0   # real seconds the relayed runs may take (priced by table (1b)'s model)
+
+
+def relay_budget_s(direct, link, round_trips):
+    """Seconds the relayed runs would spend on the link: every mode's modelled communication
+    per worker step x its steps (the workers wait in parallel)."""
+    return sum(modelled_comm_s(r, link, round_trips) * r.steps for r in direct)
+
+
 def relay_demo(run_swarm, round_trips, args, server_config, worker_config, val_tokens, direct, link):
     """Code 6's --relay: every mode of args.modes trained again in a fresh pool, each worker
     behind its own relay on `link` (table (1b)'s); then table (1c) beside `direct`.
@@ -24,6 +33,10 @@ def relay_demo(run_swarm, round_trips, args, server_config, worker_config, val_t
     this (passed in: no import cycle)."""
     from lecture01.tiny_gpt import load_world_tokens
     from lecture09.swarm.swarm_pool import start_worker_pool, stop_worker_pool, wait_until_ready
+    planned_s = relay_budget_s(direct, link, round_trips)
+    if planned_s > RELAY_BUDGET_S:
+        print(f"\n(1c) 不跑：这条链路上要约 {planned_s:.3g} 秒 > {RELAY_BUDGET_S:.0f} 秒 (too slow to run)")
+        return []
     pool, finished, relayed = start_worker_pool(args.workers, train_tokens=load_world_tokens()[0]), False, []
     try:
         wait_until_ready(pool)
