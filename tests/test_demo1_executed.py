@@ -67,6 +67,13 @@ def test_lockstep_is_eq_1_to_4_on_an_uneven_network():
         assert run.bytes_sent == 2 * 2 * 4000.0 + 4 * 2 * 1 * 1000.0
 
 
+def test_a_random_network_runs_its_seed_and_the_next_a_preset_once():
+    from dataclasses import replace
+    from lecture09.schedule.schedule_setup import ScheduleSetup
+    assert rep.executed_seeds(replace(ScheduleSetup(), net_seed=5)) == (5, 6)
+    assert rep.executed_seeds(replace(ScheduleSetup(), network="aws-world")) == (0,)
+
+
 def result(rows, controls=(), seed=0):
     return rep.SeedResult(seed, tuple(rows), tuple(controls))
 
@@ -139,7 +146,8 @@ def test_the_script_runs_small_and_every_line_fits():
     pytest.param(["--regions", "1"], marks=SWEEP_TIER), pytest.param(["--regions", "8"], marks=SWEEP_TIER),
     pytest.param(["--intra-latency-ms", "0", "--inter-latency-ms", "0", "0"], marks=SWEEP_TIER),
     pytest.param(["--intra-gbps", "100000", "--inter-gbps", "100000", "100000"], marks=SWEEP_TIER),
-    pytest.param(["--micro-batches", "1", "--network", "aws-regional"], marks=SWEEP_TIER)])
+    pytest.param(["--micro-batches", "1", "--network", "aws-regional"], marks=SWEEP_TIER),
+    pytest.param(["--network", "aws-world"], marks=SWEEP_TIER)])
 def test_extreme_flags_run_and_fit(argv):
     from lecture01.console import display_width
     _, out = main_quietly(code5.main, ["--demo", "executed", "--time-scale", "1e-4", *argv])

@@ -89,12 +89,12 @@ def layouts_of(setup, net, n_random):
     return layouts, opt.exact
 
 
-def planned_model_seconds(setup, n_random=3, seeds=(0, 1)):
+def planned_model_seconds(setup, n_random=3, seeds=None):
     """Job seconds run_executed will run, priced by the cost model (lockstep ≈ model; the
     executed and control runs are taken at the model's seconds too, an upper bound on
     most). Arithmetic only: the script checks it against its budget before running."""
     total = 0.0
-    for k, seed in enumerate(seeds):
+    for k, seed in enumerate(executed_seeds(setup) if seeds is None else seeds):
         s = replace(setup, net_seed=seed)
         net, _ = build_networks(s)
         cost = s.layout_cost(net)
@@ -207,7 +207,8 @@ def observations(results, out=print_wrapped):
         bad = ranking_agrees(result)
         order = ("执行时间的排序和模型一致（差别超过误差的每一对）" if not bad else
                  f"执行时间和模型的排序在 {len(bad)} 对上相反，例如{label(bad[0][0])}和{label(bad[0][1])}")
-        out(f" {2 + k}. 网络种子 {result.net_seed}：{verdict}（执行 {opt.executed_s:.2f} 秒，模型 {opt.model_s:.2f} 秒，"
+        where = f"网络种子 {result.net_seed}" if len(results) > 1 else "这个网络上"
+        out(f" {2 + k}. {where}：{verdict}（执行 {opt.executed_s:.2f} 秒，模型 {opt.model_s:.2f} 秒，"
             f"比 {opt.ratio:.2f}）；{order}。")
     n = 2 + len(results)
     for layout in CONTROL_LAYOUTS:
@@ -232,9 +233,15 @@ def observations(results, out=print_wrapped):
     out(f" {n}. 只算通信、不算计算（和 Eq. 1-4 一样）；每个实测秒都已经按时间比例换回 1.3B 任务的秒。")
 
 
-def run_executed(setup, scale=TimeScale(), n_random=3, seeds=(0, 1), step=lambda text: None):
+def executed_seeds(setup):
+    """--net-seed and the next one on a random network; a measured preset has no seed."""
+    return (setup.net_seed, setup.net_seed + 1) if setup.network == "random" else (setup.net_seed,)
+
+
+def run_executed(setup, scale=TimeScale(), n_random=3, seeds=None, step=lambda text: None):
     """Print the demo and return its SeedResults (controls on the first seed for both
     control layouts, on later seeds for the optimum only)."""
+    seeds = executed_seeds(setup) if seeds is None else seeds
     print_header("执行的演示 1：32 个模拟设备上真的发消息（demo 1 executed on emulated links）")
     print_wrapped(f"时间比例 time scale：任务的 1 秒跑成 {scale.time:g} 秒，1 字节发成 {scale.bytes:g} 字节"
                   f"（延迟、串行化、计算都乘同一个比例，比例关系不变）；实测秒都已换回任务的秒。")
@@ -242,7 +249,7 @@ def run_executed(setup, scale=TimeScale(), n_random=3, seeds=(0, 1), step=lambda
     for k, seed in enumerate(seeds):
         chosen = CONTROL_LAYOUTS if k == 0 else ("optimum",)
         result = run_seed(setup, seed, scale, n_random, chosen, step)
-        print_wrapped(f"网络种子 net seed {seed}：")
+        print_wrapped(f"网络种子 net seed {seed}：" if setup.network == "random" else f"网络 network {setup.network}：")
         print_seed(result, scale)
         results.append(result)
     observations(results)
