@@ -150,3 +150,36 @@ def test_the_benchmark_runs_and_its_rows_are_what_its_messages_say():
     for r in rows:
         assert r.median_error_ms >= 0 and r.p90_error_ms <= r.max_error_ms   # lateness only, ordered
     assert rows[0].transit_ms == pytest.approx(7.0)          # 10 kB at 40 Mbit/s + 5 ms
+
+
+def gloo_fifo(rank, world_size, shared):
+    """Rank 0 sends 3 tensors of 4000 bytes to rank 1 and one to rank 2 over 8 Mbit/s,
+    10 ms links; the others receive. Returns what each saw."""
+    import torch
+    from lecture09.network.gloo_links import GlooLinks
+    n = world_size
+    links = GlooLinks(rank, [[0.01] * n for _ in range(n)], [[8e6] * n for _ in range(n)], shared_uplink=shared)
+    if rank == 0:
+        sent = [links.send(torch.full((1000,), float(k)), 1) for k in range(3)]
+        sent.append(links.send(torch.full((1000,), 9.0), 2))
+        links.flush()
+        return sent, dict(links.bytes_sent)
+    got = []
+    for _ in range(3 if rank == 1 else 1):
+        x = torch.zeros(1000)
+        arrival, measured = links.recv(x, 0)
+        got.append((arrival, measured, float(x[0])))
+    return got
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_gloo_links_fifo_metering_and_the_uplink_switch(shared):
+    from lecture09.ranks.gloo_ranks import run_ranks
+    (sent, metered), got1, got2 = run_ranks(gloo_fifo, 3, args=(shared,), timeout_s=120)
+    gaps = [b - a for a, b in zip(sent, sent[1:3])]
+    assert gaps == [pytest.approx(0.004, abs=1e-3)] * 2         # FIFO: each waits one serialisation
+    assert metered == {1: 12000, 2: 4000}                       # the tensors' bytes
+    assert [v for _, _, v in got1] == [0.0, 1.0, 2.0] and got2[0][2] == 9.0
+    assert all(measured >= arrival for arrival, measured, _ in got1 + got2)
+    # shared uplink: the message to rank 2 waits for the three to rank 1; else it leaves at once
+    assert (sent[3] - sent[2] > 0.003) == shared
