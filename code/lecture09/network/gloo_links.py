@@ -28,7 +28,7 @@ class GlooLinks:
         nbytes = tensor.numel() * tensor.element_size()
         start = max(self.clock(), self._link_free[dst])
         if self.shared_uplink:
-            pass
+            start = max(start, self._uplink_free)
         done = start + 8 * nbytes / self.bandwidth_bps[self.rank][dst]
         self._link_free[dst] = done
         if self.shared_uplink:
