@@ -25,9 +25,22 @@ def section_pages():
     return sorted(LECTURE09_NOTES_DIR.glob("[0-9][0-9]_*.md"))
 
 
+def continuation_pages(page):
+    """A section's further pages, after its own: `05b_emulated_network.md` goes on from
+    `05_decentralized.md` (a section too long for one page of about 700 lines). Such a page
+    opens with its own title ("# 5（续）…") and goes on with the section's numbering (## 5.12)."""
+    return sorted(page.parent.glob(f"{page.stem[:2]}[a-z]_*.md"))
+
+
+def pages_of_sections():
+    """[(section page, [its continuation pages])] in order."""
+    return [(page, continuation_pages(page)) for page in section_pages()]
+
+
 def all_pages():
-    """index, the sections in order, references: the reading order."""
-    return [INDEX, *section_pages(), REFERENCES]
+    """index, the sections in order (each followed by its continuation pages), references:
+    the reading order."""
+    return [INDEX, *(p for page, more in pages_of_sections() for p in (page, *more)), REFERENCES]
 
 
 def one_level_down(text, keep_title=False):
@@ -51,7 +64,10 @@ class Book:
 
     def read_text(self, encoding="utf-8"):
         parts = [one_level_down(INDEX.read_text(encoding=encoding), keep_title=True)]
-        parts += [one_level_down(p.read_text(encoding=encoding)) for p in section_pages()]
+        for page, more in pages_of_sections():
+            parts.append(one_level_down(page.read_text(encoding=encoding)))
+            # a continuation page's title is dropped: its parts are the section's own
+            parts += [one_level_down(p.read_text(encoding=encoding).split("\n", 1)[1]) for p in more]
         parts.append(one_level_down(REFERENCES.read_text(encoding=encoding)))
         return "\n".join(parts)
 

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from conftest import LECTURE09, ROOT
-from notes_book import INDEX, LECTURE09_BOOK, REFERENCES, all_pages, one_level_down, section_pages
+from notes_book import (INDEX, LECTURE09_BOOK, REFERENCES, all_pages, one_level_down, pages_of_sections,
+                        section_pages)
 
 pytestmark = pytest.mark.smoke
 
@@ -56,10 +57,10 @@ def test_one_level_down_leaves_code_blocks_alone():
 def test_every_part_of_every_section_is_numbered_k_n_in_order():
     """"§6.5" can be cited: a section's parts are ## k.1, k.2, ... (no 一、二、三 in their place),
     and deeper headings carry their part's number (### k.n.m) or none at all."""
-    for page in section_pages():
+    for page, more in pages_of_sections():
         k = int(page.stem[:2])
         fence, parts = False, []
-        for line in page.read_text(encoding="utf-8").splitlines()[1:]:
+        for line in (line for p in (page, *more) for line in p.read_text(encoding="utf-8").splitlines()[1:]):
             if line.startswith("```"):
                 fence = not fence
             if not fence and line.startswith("## "):
@@ -114,9 +115,10 @@ def test_each_section_opens_with_what_to_run_in_class_and_what_is_for_home():
 def test_every_table_has_a_name_the_text_can_use():
     """A table is named within the four lines above it: the script's own label ("表 (a)") or
     the notes' number ("**表 5.1　…**", numbered in order within its section)."""
-    for page in section_pages():
+    for page, more in pages_of_sections():
         k = int(page.stem[:2])
-        lines, fence, numbers, unnamed = page.read_text(encoding="utf-8").splitlines(), False, [], []
+        lines = [line for p in (page, *more) for line in p.read_text(encoding="utf-8").splitlines()]
+        fence, numbers, unnamed = False, [], []
         for i, line in enumerate(lines):
             if line.startswith("```"):
                 fence = not fence

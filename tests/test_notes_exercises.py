@@ -32,7 +32,7 @@ import shlex
 import pytest
 
 from conftest import ROOT, load_script
-from notes_book import section_pages
+from notes_book import pages_of_sections, section_pages
 from test_notes_flag_tables import parser_of
 
 pytestmark = pytest.mark.smoke
@@ -67,7 +67,7 @@ def exercise_lists(path):
 
 def exercises():
     out = []
-    for path in section_pages():
+    for path in (p for page, more in pages_of_sections() for p in (page, *more)):
         for _, items in exercise_lists(path):
             for line_number, number, line in items:
                 out.append(pytest.param(path, line_number, line, id=f"{path.stem[:2]}-ex{number}"))
@@ -145,7 +145,9 @@ def test_an_exercise_command_runs_as_written(path, line_number, line):
 
 @pytest.mark.parametrize("path", section_pages(), ids=lambda p: p.stem[:2])
 def test_exercises_are_numbered_one_by_one_so_a_number_names_one(path):
-    lists = exercise_lists(path)
+    """A section's continuation page (tests/notes_book.py) goes on with its numbers: its lists
+    are "（续）" lists after the section page's own."""
+    lists = [lst for p in (path, *dict(pages_of_sections())[path]) for lst in exercise_lists(p)]
     assert lists, f"{path.name}: no exercise list"
     last = 0
     for continues, items in lists:

@@ -28,6 +28,9 @@ compressing what workers send.
     python3 code/lecture09/05_decentralized.py --demo 2 --topk-ratio 0.05 --steps 600
     python3 code/lecture09/05_decentralized.py --network aws-world   # Yuan et al. 实测的 8 城市网络
     python3 code/lecture09/05_decentralized.py --quick     # 很小的设置，几秒钟（测试用）
+    python3 code/lecture09/05_decentralized.py --demo executed   # 演示 1 的分配在模拟链路上真的跑（讲义 5.12）
+    python3 code/lecture09/05_decentralized.py --demo emulator   # 链路模拟器自己的误差（讲义 5.12）
+    python3 code/lecture09/05_decentralized.py --demo time --seeds 2   # 慢网络上到目标 bpc 的秒数（5.12）
     python3 code/lecture09/05_decentralized.py --help      # 所有参数
 
 演示 2 训练 10 个小模型（表 (a) 7 个，表 (b) 3 个；--seeds N 时 10 × N 个），各 300 步，
@@ -119,6 +122,11 @@ GBPS = float_in(1e-2, 1e5)               # 10 Mbit/s .. 100 Tbit/s
 LATENCY_MS = float_in(0, 1e4)            # up to 10 s
 MAX_GLOBAL_BATCH = 100_000
 MAX_MICRO_BATCHES = 64            # each cut then pays the latency 64 times per direction
+# --demo executed / emulator (lecture09/network, §5.12): opt-in, never part of "all".
+NETWORK_DEMOS = ("executed", "emulator", "time")
+EXECUTED_BUDGET_S = 60.0          # real seconds the executed demo may take; more: refused (exit 2)
+REGION_CHOICES = (1, 2, 4, 8)     # --regions: 32 devices in this many equal regions
+TARGET_BPC = 2.5                  # --demo time: a validation bpc every scheme's fp32 twin passes in 300 steps
 
 
 # =============================================================================
@@ -143,8 +151,8 @@ def parse_args(argv=None):
     p = Parser(
         description="第 9 讲代码 5：去中心化训练 (lecture 9 code 5: decentralized training)",
         epilog="例 example: --demo 1 --network aws-world；--demo 2 --topk-ratio 0.05")
-    p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all",
-                   help="跑哪个演示 which demo；all = 演示 1 和 2，演示 3 只在 --demo 3 时跑 (default all)")
+    p.add_argument("--demo", choices=("1", "2", "3", "all") + NETWORK_DEMOS, default="all",
+                   help="跑哪个演示 which demo；all = 1 和 2；3、executed、emulator、time 只在点名时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
@@ -178,6 +186,13 @@ def parse_args(argv=None):
     g1.add_argument("--genetic-budget", type=positive_int, default=s.genetic_budget,
                     help="遗传算法每个种子的代价计算次数 (default %(default)s)")
     g3 = demo3_flags.add_arguments(p)
+    g4 = p.add_argument_group("模拟链路 emulated links (--demo executed)")
+    g4.add_argument("--time-scale", type=float_in(1e-4, 1), default=5e-3,
+                    help="任务的 1 秒跑成几秒 real seconds per job second (default %(default)s)")
+    g4.add_argument("--regions", type=int, choices=REGION_CHOICES, default=len(s.region_sizes),
+                    help="32 张卡平分到几个地区 regions (default %(default)s)")
+    g4.add_argument("--target-bpc", type=float_in(0.5, 6), default=TARGET_BPC,
+                    help="--demo time 的目标：验证 bits/字符 (default %(default)s)")
     g2 = p.add_argument_group("演示 2 demo 2")
     training_flags.add_training_arguments(g2, d)
     g2.add_argument("--topk-ratio", type=ratio, default=d["topk_ratio"], help="top-k 保留的比例 (default %(default)s)")
@@ -200,6 +215,8 @@ def parse_args(argv=None):
                        global_batch=args.global_batch, n_random=args.random_layouts, restarts=args.restarts,
                        strict_iters=args.strict_iters, sideways_iters=args.sideways_iters,
                        genetic_budget=args.genetic_budget)
+    if args.regions != len(s.region_sizes) and args.demo in NETWORK_DEMOS:   # other demos: ignored (note)
+        schedule = replace(schedule, region_sizes=(s.n_gpus // args.regions,) * args.regions)
     if args.quick:
         schedule = replace(schedule, **QUICK_SCHEDULE)
     if schedule.global_batch < schedule.n_replicas:
@@ -216,11 +233,14 @@ def parse_args(argv=None):
     if schedule.genetic_budget < least_budget:
         p.error(f"--genetic-budget 至少要 {least_budget} (must be at least {least_budget})")
     given = given_flags(p, argv)
-    note = unused_flags_note(args, given, {a.dest for a in g1._group_actions}, {a.dest for a in g2._group_actions})
+    note = unused_flags_note(args, given, {a.dest for a in g1._group_actions},
+                             {a.dest for a in g2._group_actions}, {a.dest for a in g4._group_actions})
     if note:
         print(note, file=sys.stderr)
     args.hetero = demo3_flags.hetero_setup(p, args, schedule, given, {a.dest for a in g3._group_actions})
-    if args.demo in ("1", "3"):   # pure arithmetic: no torch to import (about 1.5 s saved)
+    if args.demo == "executed":
+        _check_executed_budget(p, schedule, args.time_scale)
+    if args.demo in ("1", "3", "executed", "emulator"):   # arithmetic or threads: no torch (about 1.5 s saved)
         return args, schedule, None
     # Only now the torch-backed modules: every flag error above came without waiting for them.
     _heavy()
@@ -233,14 +253,33 @@ def parse_args(argv=None):
     return args, schedule, compression
 
 
-def unused_flags_note(args, given, demo1_dests, demo2_dests):
+def _check_executed_budget(p, schedule, time_scale):
+    """Refuse (exit 2, one line) a network so slow that the executed demo would not end within
+    EXECUTED_BUDGET_S real seconds: its runs priced by the cost model, times the scale."""
+    from lecture09.network.executed_report import planned_model_seconds
+    real_s = planned_model_seconds(schedule) * time_scale
+    if real_s > EXECUTED_BUDGET_S:
+        p.error(f"网络太慢：要 {real_s:.3g} 秒 > {EXECUTED_BUDGET_S:.0f} 秒 (too slow)")
+
+
+def unused_flags_note(args, given, demo1_dests, demo2_dests, network_dests=frozenset()):
     """One stderr line naming the given flags this run does not use (None if there are none):
     those of the demo that does not run, and those --quick replaces with its own values.
     The rule everywhere: run anyway, and say so (never refuse)."""
     def names(dests):
         return " ".join("--" + dest.replace("_", "-") for dest in sorted(dests))
 
-    ignored = (demo2_dests if args.demo in ("1", "3") else demo1_dests if args.demo == "2" else set()) & given
+    network_dests = set(network_dests) - demo1_dests
+    if args.demo in NETWORK_DEMOS:   # the executed demo reads demo 1's network flags, not its search budgets
+        searches = {"random_layouts", "restarts", "strict_iters", "sideways_iters", "genetic_budget",
+                    "second_batch"}
+        unused = (demo2_dests - ({"steps", "seeds", "model_seed", "data_seed"} if args.demo == "time" else set())
+                  if args.demo != "emulator" else demo2_dests | demo1_dests | network_dests)
+        unused |= {"time_scale"} if args.demo == "time" else {"target_bpc"} if args.demo == "executed" else set()
+        ignored = (unused | searches) & given
+    else:
+        ignored = (demo2_dests if args.demo in ("1", "3") else demo1_dests if args.demo == "2" else set()) & given
+        ignored |= network_dests & given
     overridden = (set(QUICK_OVERRIDES) & given) - ignored if args.quick else set()
     parts = []
     if ignored:
@@ -261,6 +300,25 @@ def main(argv=None):
         # Training starts first, in worker processes, so it overlaps demo 1's search.
         pool, results_iter = compressed_dp.start_training(demo2_report.training_jobs(compression), compression.jobs)
     try:
+        if args.demo == "emulator":
+            from lecture09.network.accuracy import print_accuracy
+            results["emulator"] = print_accuracy()
+        if args.demo == "executed":
+            from lecture09.network.executed_report import run_executed
+            from lecture09.network.emulator import TimeScale
+            from lecture01.console import StatusLine
+            status = StatusLine(sys.stderr, min_interval_s=0, log_interval_s=0)
+            results["executed"] = run_executed(schedule, TimeScale(time=args.time_scale),
+                                               step=lambda text: status.show(f"  执行中 running：{text}"))
+            status.clear()
+        if args.demo == "time":
+            from lecture09.compress.slow_network_report import print_time_demo
+            from lecture09.compress.demo2_report import seed_list
+            from lecture01.console import StatusLine
+            status = StatusLine(sys.stderr, min_interval_s=0, log_interval_s=0)
+            results["time"] = print_time_demo(compression.train, schedule, seed_list(compression), args.target_bpc,
+                                              step=lambda text: status.show(f"  训练中 training：{text}"))
+            status.clear()
         if args.demo in ("1", "all"):
             results["demo1"] = run_demo1(schedule)
             demo1_observations(schedule, results["demo1"])

@@ -73,8 +73,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
-    run_main, int_in, non_negative_int, positive_float, positive_int, ratio,
-)
+    run_main, int_in, non_negative_int, positive_float, positive_int, ratio)
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
                                          non_negative_float, read_token_file, server_url, token, wire_mode)
@@ -196,7 +195,7 @@ def run_default(args):
     for i, text in enumerate(notes, 1):
         print_wrapped(f" {i}. {text}")
     sys.stdout.flush()
-    print_timing(results, link, sys.stderr)
+    print_timing(results, link, sys.stderr, relay=(args, server_config, worker_config, val_tokens) if args.relay else None)
     return results
 
 
@@ -254,7 +253,7 @@ def run_worker_cli(args):
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
-                "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
+                "relay", "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
                 "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
@@ -309,6 +308,7 @@ def build_parser():
     parser.add_argument("--rtt-ms", type=non_negative_float, default=DEFAULT_RTT_MS,
                         help="模型化的往返时间 modeled round-trip time between worker and server, ms "
                              "(default %(default)s)")
+    parser.add_argument("--relay", action="store_true", help="再训练一次，每个工作者经过本机中继 relay（5.12）")
     parser.add_argument("--port", type=PORT, default=0,
                         help="--serve：端口 port; 0 = 系统挑一个空闲的 a free one (default %(default)s)")
     parser.add_argument("--token", type=token, default=None,

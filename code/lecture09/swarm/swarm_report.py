@@ -67,23 +67,36 @@ class SwarmResult:
         return self.accepted_per_worker * self.workers
 
     workers: int = 1
+    round_s: float = None          # measured: from the jobs sent to the last worker done, per step
 
 
-def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"):
+def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none", relay_link=None):
     """Train once with one server and len(pool) worker processes; returns a SwarmResult.
-    liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §8)."""
+    liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §8).
+    relay_link: a Link; each worker then talks to the server through its own loopback relay
+    (network/http_relay.py: RTT / 2 each way, the link's up- and downlink rates; §5.12)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
     start_s = time.perf_counter()
     server = RunningServer(server_config)
+    relays = []
     try:
+        if relay_link is not None:
+            from lecture09.network.http_relay import Relay
+            port = int(server.url.rsplit(":", 1)[1])
+            relays = [Relay(port, relay_link.rtt_ms / 2e3, relay_link.uplink_mbyte_per_s * 1e6,
+                            relay_link.downlink_mbyte_per_s * 1e6) for _ in pool]
+        sent_s = time.perf_counter()
         for worker_id, process in enumerate(pool):
             attack = liar_attack if worker_id == len(pool) - 1 else worker_config.attack
             own = replace(worker_config, worker_id=worker_id, attack=attack, token=token_for(server_config, worker_id))
-            job = {"url": server.url, "config": asdict(own)}
+            job = {"url": relays[worker_id].url if relays else server.url, "config": asdict(own)}
             process.send(job)
         stats = [process.result() for process in pool]
+        rounds_s = time.perf_counter() - sent_s
     finally:
+        for relay in relays:
+            relay.close()
         server.close()
     traffic = server.traffic
     errors = [s["error"] for s in stats if s["error"]]
@@ -119,6 +132,7 @@ def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"
         changed_entries_per_step=statistics.median(swarm.changed_entries),
         workers=len(stats),
         clipped_uploads=swarm.counts["clipped_uploads"],
+        round_s=rounds_s / max(1, swarm.version),
     )
 
 
@@ -311,8 +325,10 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
     return notes
 
 
-def print_timing(results, link, file):
-    """Measured times vary from run to run, so they go to `file` (stderr), apart from the tables."""
+def print_timing(results, link, file, relay=None):
+    """Measured times vary from run to run, so they go to `file` (stderr), apart from the tables.
+    relay: (args, server config, worker config, val tokens) for code 6's --relay, run after
+    (swarm_relay.relay_demo: its table (1c) goes to stdout)."""
     print("\n计时 Timing（本机测得，每次运行都会变 measured here, varies run to run）：", file=file)
     rows = []
     for r in results:
@@ -337,6 +353,9 @@ def print_timing(results, link, file):
         for line in wrap(text):
             print(line, file=file)
     file.flush()
+    if relay is not None:
+        from lecture09.swarm.swarm_relay import relay_demo
+        relay_demo(run_swarm, ROUND_TRIPS_PER_REQUEST, *relay, results, link)
 
 
 def demo_server_checks(token="demo-token"):
