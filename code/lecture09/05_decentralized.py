@@ -61,6 +61,7 @@ from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
 from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
+from lecture01.figures import add_figures_flag
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -146,6 +147,7 @@ def parse_args(argv=None):
     p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all",
                    help="跑哪个演示 which demo；all = 演示 1 和 2，演示 3 只在 --demo 3 时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    add_figures_flag(p)                 # fig09_05_*.svg (demos 1 and 2)
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
                     help="随机网络的种子 seed of the random network (default %(default)s)")
@@ -274,6 +276,11 @@ def main(argv=None):
     finally:
         if pool is not None:
             pool.terminate()
+    if args.figures:
+        from lecture09.schedule.layout_figures import draw   # matplotlib only now
+        from lecture09.compress.loss_figures import draw_demo2
+        draw(args.figures, schedule, results)
+        draw_demo2(args.figures, compression, results.get("demo2", {}))
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 
