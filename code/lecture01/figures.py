@@ -1,7 +1,7 @@
 """Figures: the `--figures DIR` flag of the scripts, the course's style and font, and SVG files
 that are the same bytes on every machine.
 
-A script that has a picture adds the flag with `add_figures_flag(parser)` and, after its run,
+A script that has a picture adds the flag with cli_args.add_figures_flag(parser) and, after its run,
 hands its results to a drawing module (`lecture09/<package>/*_figures.py`), which draws each
 figure inside `with figure(directory, "fig09_04_schedules.svg") as fig:`. matplotlib is
 imported only then: `--help` and a run without `--figures` never load it.
@@ -21,10 +21,8 @@ A figure of a trained or timed run moves between machines; its title says which 
 precision and which seed drew it (`machine_note`).
 """
 
-import argparse
 import contextlib
 import io
-import os
 import platform
 import re
 import sys
@@ -70,34 +68,6 @@ COLORS = {"forward": "#0072B2", "backward": "#E69F00", "weight": "#009E73", "idl
           "compute": "#56B4E9", "comm": "#D55E00", "other": "#CC79A7", "grey": "#999999",
           "black": "#000000", "yellow": "#F0E442"}
 CYCLE = ["#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#999999"]
-
-
-# =============================================================================
-# The flag
-# =============================================================================
-
-def figures_dir(text):
-    """An argparse type: a folder to write figures into. It may not exist yet (it is made
-    when the first figure is written), but the nearest existing folder above it must be a
-    writable folder, and the path itself must not be a file."""
-    path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"不是文件夹 (not a folder): {text!r}")
-    ancestor = path.absolute()
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise argparse.ArgumentTypeError(f"{str(ancestor)!r} 是文件，不能在里面建文件夹 (a file, not a folder)")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"没有写权限 (not writable): {str(ancestor)!r}")
-    return path
-
-
-def add_figures_flag(parser):
-    """--figures DIR (default: none, no figure and no matplotlib)."""
-    parser.add_argument("--figures", metavar="DIR", type=figures_dir, default=None,
-                        help="把这个脚本的图写成 SVG 文件放进 DIR（用 matplotlib）"
-                             "write this script's figures into DIR as SVG files")
 
 
 # =============================================================================

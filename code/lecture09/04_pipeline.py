@@ -65,8 +65,7 @@ from lecture09.parallel.expert_parallel import MoEConfig
 from lecture09.parallel.expert_parallel_report import demo6_observations, run_demo6
 from lecture09.parallel.context_parallel import CPCase
 from lecture09.parallel.context_parallel_report import demo7_observations, run_demo7
-from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
-from lecture01.figures import add_figures_flag
+from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
 
 
 # =============================================================================

@@ -59,9 +59,8 @@ from lecture09.schedule.demo1_observations import demo1_observations
 from lecture09.schedule.demo1_tables import Progress, run_demo1  # noqa: F401  (Progress: the tests')
 from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
-from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
+from lecture01.cli_args import (Parser, add_figures_flag, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
-from lecture01.figures import add_figures_flag
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these

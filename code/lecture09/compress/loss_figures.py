@@ -20,21 +20,23 @@ def smoothed(values, window):
     return xs, ys
 
 
-def draw_loss_curves(directory, name, curves, title, precision, seeds, styles=None):
-    """curves: {label: training loss per step}; one line each, averaged over windows of about
-    a fortieth of the run. styles: {label: matplotlib line keywords} for some labels."""
-    steps = max((len(v) for v in curves.values()), default=1)
+def draw_loss_curves(directory, name, panels, title, precision, seeds):
+    """panels: [(panel title, {label: training loss per step})], side by side; one line per
+    label, averaged over windows of about a fortieth of the run."""
+    steps = max((len(v) for _, curves in panels for v in curves.values()), default=1)
     window = max(1, steps // 40)
-    with figure(directory, name, size=(8.5, 4.8)) as (fig, ax):
-        for k, (label, losses) in enumerate(curves.items()):
-            xs, ys = smoothed(list(losses), window)
-            style = {"color": CYCLE[k % len(CYCLE)], "linewidth": 1.4, **(styles or {}).get(label, {})}
-            ax.plot(xs, ys, label=label, **style)
-        ax.set_xlabel("训练步 step")
-        ax.set_ylabel(f"训练 loss（交叉熵 cross-entropy，每 {window} 步的平均）" if window > 1 else "训练 loss（交叉熵 cross-entropy）")
+    with figure(directory, name, size=(5 * len(panels) + 1, 4.8), ncols=len(panels), sharey=True,
+                squeeze=False) as (fig, axes):
+        for ax, (panel_title, curves) in zip(axes[0], panels):
+            for k, (label, losses) in enumerate(curves.items()):
+                xs, ys = smoothed(list(losses), window)
+                ax.plot(xs, ys, label=label, color=CYCLE[k % len(CYCLE)], linewidth=1.3)
+            ax.set_xlabel("训练步 step")
+            ax.set_title(panel_title, fontsize=9.5)
+            ax.legend(fontsize=7.5)
+        axes[0][0].set_ylabel(f"训练 loss（交叉熵，每 {window} 步的平均）" if window > 1 else "训练 loss（交叉熵）")
         seed_text = f"model {seeds.model}, data {seeds.data}"
-        ax.set_title(f"{title}\n{machine_note(precision, None)}；种子 seed {seed_text}", fontsize=9.5)
-        ax.legend(fontsize=8)
+        fig.suptitle(f"{title}\n{machine_note(precision, None)}；种子 seed {seed_text}", fontsize=10)
 
 
 def draw_demo2(directory, compression, rows):
@@ -48,7 +50,20 @@ def draw_demo2(directory, compression, rows):
     by_optimizer = {}
     for summary in rows.values():
         by_optimizer.setdefault(summary.run.optimizer, {})[summary.run.label] = summary.results[0].losses
-    for optimizer, curves in by_optimizer.items():
-        draw_loss_curves(directory, f"fig09_05_compression_loss_{optimizer}.svg", curves,
-                         f"梯度压缩 gradient compression（{optimizer}，{t.n_workers} 个工作者，{t.steps} 步）："
-                         "各压缩方式的训练 loss", t.precision, seeds)
+    panels = [(f"优化器 {name}", curves) for name, curves in by_optimizer.items()]
+    draw_loss_curves(directory, "fig09_05_compression_loss.svg", panels,
+                     f"梯度压缩 gradient compression：{t.n_workers} 个工作者的数据并行，{t.steps} 步，各压缩方式的训练 loss",
+                     t.precision, seeds)
+
+
+def draw_code7(settings, rows):
+    """Code 07: rows [(label, Run, losses)]; every-step schemes on the left, DiLoCo on the
+    right, the every-step AdamW baseline (the first row) on both."""
+    (base_label, _, base), rest = rows[0], rows[1:]
+    every_step = {base_label: base, **{label: losses for label, run, losses in rest if run.optimizer != "diloco"}}
+    diloco = {base_label: base, **{label: losses for label, run, losses in rest if run.optimizer == "diloco"}}
+    t = settings.train
+    draw_loss_curves(settings.figures, "fig09_07_loss_curves.svg",
+                     [("每步通信，压缩每一步的梯度", every_step), ("DiLoCo：每 H 步通信一次", diloco)],
+                     f"压缩的更多做法 compression beyond demo 2：{t.n_workers} 个工作者，{t.steps} 步",
+                     t.precision, settings.seeds)
