@@ -148,7 +148,7 @@ def precision_from_args(args):
     return resolve_precision("fp32" if args.fp32 else args.precision)
 
 
-def _path_tail(path, width=32):
+def _path_tail(path, width=20):
     """A path for a one-line message: its last `width` characters."""
     text = str(path)
     return repr(text if len(text) <= width else "..." + text[-(width - 3):])
@@ -162,14 +162,14 @@ def figures_dir(text):
 
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"是文件，不是文件夹 (a file, not a folder): {_path_tail(text)}")
+        raise argparse.ArgumentTypeError(f"不是文件夹 (not a folder): {_path_tail(text)}")
     ancestor = path.absolute()
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise argparse.ArgumentTypeError(f"{_path_tail(ancestor)} 是文件，不能在里面建文件夹 (a file, not a folder)")
+        raise argparse.ArgumentTypeError(f"不是文件夹 (not a folder): {_path_tail(ancestor)}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"没有写权限 (not writable): {_path_tail(ancestor)}")
+        raise argparse.ArgumentTypeError(f"不能写 (not writable): {_path_tail(ancestor)}")
     return path
 
 

@@ -30,7 +30,7 @@ def draw_churn(directory, result, mode):
                      textcoords="offset points", fontsize=8)
         who.set_yticks(ids, [f"工作者 {i}" for i in ids])
         who.set_ylim(max(ids) + 0.8, min(ids) - 0.6)
-        who.legend(loc="lower right", fontsize=8)
+        who.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
         who.set_title(f"训练群的成员 swarm membership（sync，{mode}）：每一轮谁的上传进了平均\n"
                       f"{machine_note()}；什么时候杀、哪几轮等到截止时间随机器而变 [实测]", fontsize=9.5)
         wait.bar([r["version"] for r in timeline], [r["waited_s"] for r in timeline], width=0.8,
