@@ -3,7 +3,7 @@ that are the same bytes on every machine.
 
 A script that has a picture adds the flag with cli_args.add_figures_flag(parser) and, after its run,
 hands its results to a drawing module (`lecture09/<package>/*_figures.py`), which draws each
-figure inside `with figure(directory, "fig09_04_schedules.svg") as fig:`. matplotlib is
+figure inside `with figure(directory, "fig09_04_schedules.svg") as (fig, ax):`. matplotlib is
 imported only then: `--help` and a run without `--figures` never load it.
 
 Reproducible bytes. A figure of arithmetic (a schedule, a formula, a proven optimum) must be
