@@ -178,7 +178,7 @@ def add_figures_flag(parser):
     matplotlib); lecture01/figures.py draws and writes them."""
     parser.add_argument("--figures", metavar="DIR", type=figures_dir, default=None,
                         help="把这个脚本的图写成 SVG 文件放进 DIR（用 matplotlib）"
-                             "write this script's figures into DIR as SVG files")
+                             "write this script's figures into DIR as SVG files (default: 不画 none)")
 
 
 @contextlib.contextmanager
