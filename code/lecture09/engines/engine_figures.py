@@ -36,8 +36,10 @@ def draw_torchft(directory, records):
             ax.set_title(MODE_TITLES.get(mode, mode), fontsize=9.5, loc="left")
             ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7.5)
         axes[-1, 0].set_xlabel("秒 seconds（从副本开始算）")
+        first = records[0][1].settings
         fig.suptitle("torchft：每个副本每一步的法定人数结果 membership over time\n"
-                     f"{machine_note()}；杀进程的时刻和谁在法定人数里随机器而变 [实测]", fontsize=10)
+                     f"{machine_note(None, f'model {first.model_seed}, data {first.data_seed}')}；"
+                     "杀进程的时刻和谁在法定人数里随机器而变 [实测]", fontsize=10)
 
 
 def draw_hivemind(directory, records, args):
@@ -65,4 +67,5 @@ def draw_hivemind(directory, records, args):
             ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7.5)
         axes[-1, 0].set_xlabel("秒 seconds（从同伴开始算）；一个方块 = 一个同伴平均完的一轮")
         fig.suptitle(f"hivemind：每一轮谁和谁平均 who averaged with whom（{args.peers} 个同伴，DiLoCo）\n"
-                     f"{machine_note()}；谁和谁凑成一组随机器和时机而变 [实测]", fontsize=10)
+                     f"{machine_note(None, f'model {args.model_seed}, data {args.data_seed}')}；"
+                     "谁和谁凑成一组随机器和时机而变 [实测]", fontsize=10)
