@@ -148,6 +148,39 @@ def precision_from_args(args):
     return resolve_precision("fp32" if args.fp32 else args.precision)
 
 
+def _path_tail(path, width=20):
+    """A path for a one-line message: its last `width` characters."""
+    text = str(path)
+    return repr(text if len(text) <= width else "..." + text[-(width - 3):])
+
+
+def figures_dir(text):
+    """An argparse type: a folder to write figures into. It may not exist yet (it is made
+    when the first figure is written), but the nearest existing folder above it must be a
+    writable folder, and the path itself must not be a file."""
+    from pathlib import Path
+
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"不是文件夹 (not a folder): {_path_tail(text)}")
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"不是文件夹 (not a folder): {_path_tail(ancestor)}")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"不能写 (not writable): {_path_tail(ancestor)}")
+    return path
+
+
+def add_figures_flag(parser):
+    """--figures DIR, for a script that has a picture (default: none, no figure and no
+    matplotlib); lecture01/figures.py draws and writes them."""
+    parser.add_argument("--figures", metavar="DIR", type=figures_dir, default=None,
+                        help="把这个脚本的图写成 SVG 文件放进 DIR（用 matplotlib）"
+                             "write this script's figures into DIR as SVG files (default: 不画 none)")
+
+
 @contextlib.contextmanager
 def sigint_ignored():
     """Ctrl-C ignored while child processes start. Ctrl-C reaches the whole process group,

@@ -47,7 +47,7 @@ from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
-from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
+from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in, positive_float
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -306,6 +306,7 @@ def parse_args(argv=None):
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
+    add_figures_flag(p)                 # fig09_01_allreduce_time.svg (demo 4)
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
                    help="演示 2、3、6 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")
     p.add_argument("--latency-us", type=positive_float, default=m.latency_s * 1e6,
@@ -363,6 +364,9 @@ def main(argv=None):
         results["demo6"] = run_demo6(model, real)
     if args.demo == "all":
         observations(model, real, results)
+    if args.figures:
+        from lecture09.ranks.collectives_figures import draw   # matplotlib only now
+        draw(args.figures, model, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

@@ -44,7 +44,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
-from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
+from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in, positive_float
 from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
 from lecture09.parallel.data_parallel_report import (  # noqa: F401  (the tests reach the sentences here)
     difference_sentence, loss_sentence, observations, signed)
@@ -304,6 +304,7 @@ def parse_args(argv=None):
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
     p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
+    add_figures_flag(p)                # fig09_02_overlap_timeline.svg (demo 3)
     p.add_argument("--world-size", type=int_in(1, 8), default=s.world_size,
                    help="gloo 进程数 W，要能整除 --batch-size (default %(default)s)")
     p.add_argument("--batch-size", type=int_in(1, 512), default=s.batch_size,
@@ -361,6 +362,9 @@ def main(argv=None):
         results["demo3"] = run_demo3(setup, dp_setup(setup), args.trace)
         print_wrapped("\n观察 Observations（演示 3）：")
         print_wrapped(" 1. " + demo3_sentence(results["demo3"]))
+    if args.figures:
+        from lecture09.parallel.profile_figures import draw   # matplotlib only now
+        draw(args.figures, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

@@ -48,7 +48,7 @@ from lecture09.parallel.checkpoint_report import CheckpointSetup, demo5_observat
 from lecture09.parallel.fsdp_report import demo6_observations, run_demo6
 from lecture09.parallel.zero_report import (MAX_RANKS, count_tiny_gpt,  # noqa: F401  (count_tiny_gpt: the tests')
                                            demo4_observations, run_demo3, run_demo4)
-from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
+from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
 from lecture01.console import print_header, print_table, print_wrapped
 
 
@@ -322,6 +322,7 @@ def parse_args(argv=None):
         epilog="例 example: --demo 2 --gpus 16 256；--demo 4 --ranks 4 --steps 50")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    add_figures_flag(p)                 # fig09_03_zero_memory.svg (demo 2)
     g1 = p.add_argument_group("演示 1-2 demos 1-2（纯算术 arithmetic）")
     g1.add_argument("--gpus", type=positive_int, nargs="+", default=list(s.zero_gpus), metavar="N",
                     help=f"ZeRO 表里的数据并行卡数 data-parallel sizes (default {' '.join(map(str, s.zero_gpus))})")
@@ -396,6 +397,9 @@ def main(argv=None):
         print()
         results["demo6"] = run_demo6(real, args.fsdp_layers, timed=not args.quick)
         demo6_observations(real, results["demo6"])
+    if args.figures:
+        from lecture09.parallel.memory_figures import draw   # matplotlib only now
+        draw(args.figures, memory, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

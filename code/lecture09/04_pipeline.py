@@ -65,7 +65,7 @@ from lecture09.parallel.expert_parallel import MoEConfig
 from lecture09.parallel.expert_parallel_report import demo6_observations, run_demo6
 from lecture09.parallel.context_parallel import CPCase
 from lecture09.parallel.context_parallel_report import demo7_observations, run_demo7
-from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
+from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
 
 
 # =============================================================================
@@ -176,6 +176,7 @@ def parse_args(argv=None):
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "7", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    add_figures_flag(p)                # fig09_04_*.svg: the schedules and the bubble (demo 1 or 5)
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")
     g1.add_argument("--micro-batches", type=int_in(1, 64), default=s.n_micro,
@@ -288,6 +289,9 @@ def main(argv=None):
     if args.demo in ("7", "all"):
         results["demo7"] = run_demo7(context.case, context.cp_ranks)
         demo7_observations(context.case, context.cp_ranks, results["demo7"])
+    if args.figures:
+        from lecture09.parallel.pipeline_figures import draw   # matplotlib only now
+        draw(args.figures, beyond, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

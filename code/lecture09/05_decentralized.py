@@ -62,7 +62,7 @@ from lecture09.schedule.demo1_observations import demo1_observations
 from lecture09.schedule.demo1_tables import Progress, run_demo1  # noqa: F401  (Progress: the tests')
 from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
-from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
+from lecture01.cli_args import (Parser, add_figures_flag, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
@@ -154,6 +154,7 @@ def parse_args(argv=None):
     p.add_argument("--demo", choices=("1", "2", "3", "all") + NETWORK_DEMOS, default="all",
                    help="跑哪个演示 which demo；all = 1 和 2；3、executed、emulator、time 只在点名时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    add_figures_flag(p)                 # fig09_05_*.svg (demos 1 and 2)
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
                     help="随机网络的种子 seed of the random network (default %(default)s)")
@@ -332,6 +333,11 @@ def main(argv=None):
     finally:
         if pool is not None:
             pool.terminate()
+    if args.figures:
+        from lecture09.schedule.layout_figures import draw   # matplotlib only now
+        from lecture09.compress.loss_figures import draw_demo2
+        draw(args.figures, schedule, results)
+        draw_demo2(args.figures, compression, results.get("demo2", {}))
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

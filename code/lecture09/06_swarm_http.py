@@ -72,7 +72,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
+from lecture01.cli_args import (Parser, add_figures_flag, apply_quick, given_flags,   # noqa: E402
     run_main, int_in, non_negative_int, positive_float, positive_int, ratio)
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
@@ -89,7 +89,6 @@ from lecture09.swarm.swarm_report import (  # noqa: E402,F401  (no torch in it; 
 
 # torch (about 1.5 s to import) and the modules built on it are imported inside the
 # functions that need them, after the flags are parsed: --help and a flag error answer at once.
-
 # ---------------------------------------------------------------------------
 # Settings a student may change (each is also a flag)
 # ---------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def run_default(args):
     print("\n(2) 服务器检查什么 what the server checks：每种坏上传发一次，之后看它是否健康")
     print_server_checks(*demo_server_checks())
     if churn is not None:
-        print_churn(churn, results[args.modes.index(churn_mode)], churn_mode)
+        print_churn(churn, results[args.modes.index(churn_mode)], churn_mode, args.figures)
     else:
         if args.update == "async":
             why = "--update async 没有轮次 no rounds"
@@ -254,7 +253,7 @@ def run_worker_cli(args):
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
                 "relay", "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
-                "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
+                "figures", "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
               "aggregator", "byzantine", "token_file", "update_clip", "compression", "topk_ratio"},
@@ -278,6 +277,7 @@ def build_parser():
                       help="跑一个工作者，连到 URL 的服务器 (run one worker against the server at URL)")
     parser.add_argument("--quick", action="store_true",
                         help=f"很小的设置，冒烟测试用：{QUICK_TEXT}（覆盖这两个参数）tiny settings for a smoke test")
+    add_figures_flag(parser)              # fig09_06_membership.svg: table (3), default run only
     parser.add_argument("--workers", type=WORKER_COUNT, default=server_defaults.world_size,
                         help="默认运行的工作者数；--serve 时是一轮的工作者数 world size "
                              "(default %(default)s)")

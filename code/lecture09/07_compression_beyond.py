@@ -33,7 +33,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, apply_quick, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
+from lecture01.cli_args import Parser, add_figures_flag, apply_quick, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
 from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
@@ -95,6 +95,7 @@ class Settings:
     diloco_h: tuple
     diloco_compressed_h: int
     precision_choice: str
+    figures: object = None        # --figures DIR (lecture01/figures.py), or None
 
 
 # =============================================================================
@@ -333,6 +334,7 @@ def parse_args(argv=None):
     p = Parser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）；覆盖 --steps、--diloco-h、--diloco-compressed-h "
                         "tiny settings for a smoke test (they replace those flags, and a note says so)")
+    add_figures_flag(p)                 # fig09_07_loss_curves.svg
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
                    help="按块 int8 每块的分量数 entries per scale (default %(default)s)")
     p.add_argument("--powersgd-ranks", metavar="R", type=int_in(1, 64), nargs="+", default=list(d["powersgd_ranks"]),
@@ -359,7 +361,7 @@ def parse_args(argv=None):
     return Settings(train=train, seeds=Seeds(args.model_seed, args.data_seed), n_seeds=args.seeds, jobs=args.jobs,
                     powersgd_ranks=tuple(dict.fromkeys(args.powersgd_ranks)), diloco_h=tuple(dict.fromkeys(args.diloco_h)),
                     diloco_compressed_h=args.diloco_compressed_h,
-                    precision_choice="fp32" if args.fp32 else args.precision)
+                    precision_choice="fp32" if args.fp32 else args.precision, figures=args.figures)
 
 
 def main(argv=None):
@@ -384,6 +386,9 @@ def main(argv=None):
     for line in curve_lines({row.label: list(table[row.run.key][1][0].losses) for row in chart_rows(rows)}):
         print(line)
     observations(settings, table, costs, dc_total)
+    if settings.figures:
+        from lecture09.compress.loss_figures import draw_code7   # matplotlib only now
+        draw_code7(settings, [(row.label, row.run, table[row.run.key][1][0].losses) for row in rows])
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return {"table": table, "costs": costs, "dc_total": dc_total}
 

@@ -34,7 +34,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
+from lecture01.cli_args import Parser, add_figures_flag, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
@@ -81,6 +81,7 @@ def build_parser():
     p.add_argument("--timeout", type=float_in(1, 120), default=DEFAULTS["timeout"],
                    help="每次全归约和状态下载的时限 timeout，秒；法定人数等它的 2 倍（gloo 默认 1800 s，这里从不用它）")
     p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
+    add_figures_flag(p)                # fig09_09_membership.svg: who was in each quorum, against time
     return p
 
 
@@ -192,7 +193,7 @@ def main(argv=None):
         print_wrapped(f"故障 failure：训练到 {args.kill_at:.0%} 时 SIGKILL 副本 2（不让它清理，像断电）"
                       + ("。" if args.no_restart else f"；到 {args.restart_at:.0%} 时重启它：一个已经 import 好 "
                          "torch 的备用进程，从零状态加入，从同伴那里恢复。"))
-    summaries = []
+    summaries, records = [], []
     for letter, mode in zip("abc", args.modes):
         s = settings_for(args, mode)
         failure = failure_for(args, s.outer_steps)
@@ -211,6 +212,7 @@ def main(argv=None):
                           + " 个参数（嵌入、各个变换器块、最后的 LayerNorm 和输出层，按顺序连成几段）")
         report.print_lines(report.timeline_lines(record))
         summaries.append(report.summarize(record, reference.bpc_of(record.finals[0])))
+        records.append((mode, record))
     print()
     print_header("(d) 放在一起：提交、丢弃、缺席（被杀的副本不在其中的已提交步）的步数，单位是各自的 torchft 步", "-")
     report.print_lines(report.summary_lines(summaries))
@@ -238,6 +240,9 @@ def main(argv=None):
         print_header(f"(f) {report.MODE_WORDS[s.mode]}，在第 {failure.kill_at} 步停掉 Lighthouse（不杀副本）", "-")
         report.print_lines(report.timeline_lines(record))
         report.print_lines(report.lighthouse_lines(record, s.quorum_timeout_s))
+    if args.figures:
+        from lecture09.engines.engine_figures import draw_torchft   # matplotlib only now
+        draw_torchft(args.figures, records)
     print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

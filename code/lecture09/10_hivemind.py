@@ -34,7 +34,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
+from lecture01.cli_args import Parser, add_figures_flag, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
 from lecture01.console import format_table, print_header, print_wrapped  # noqa: E402
 
 COMPRESSIONS = ("none", "float16", "meanstd_16bit", "uniform_8bit", "quantile_8bit")  # hivemind_peer's (tested)
@@ -78,6 +78,7 @@ def build_parser():
                    help="数据顺序的种子 data order seed（抽整个 batch 的生成器）")
     p.add_argument("--no-check", dest="check", action="store_false", help="跳过 (d)：和我们的模拟比较 (skip the simulation check)")
     p.add_argument("--quick", action="store_true", help="很小的设置，给测试用 (tiny settings for tests)")
+    add_figures_flag(p)                # fig09_10_membership.svg: who averaged with whom, against time
     return p
 
 
@@ -302,6 +303,9 @@ def main(argv=None):
             print_wrapped(line)
         print_wrapped("代码 6 的字节是它的 safetensors body，精确；代码 10 的是 (a) 里满组的轮实测的平均（没有满组的轮就是 —）。代码 6 每一步同步，"
                       f"代码 10 每 H = {s.inner_steps} 步：按训练步算还要再除以 H。")
+    if args.figures:
+        from lecture09.engines.engine_figures import draw_hivemind   # matplotlib only now
+        draw_hivemind(args.figures, [("(a) 不受打扰 undisturbed", plain)] + [("(b) 有进有出 churn", churned)] * bool(churned), args)
     print(f"用时 elapsed: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

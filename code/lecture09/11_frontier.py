@@ -73,7 +73,7 @@ try:
 except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
-from lecture01.cli_args import (Parser, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
+from lecture01.cli_args import (Parser, add_figures_flag, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
                                 precision_from_args, run_main)
 from lecture01.console import print_header, print_wrapped  # noqa: E402
 from lecture09.compress import aq_report, training_flags  # noqa: E402
@@ -107,6 +107,7 @@ def parse_args(argv=None):
                    help="跑哪个演示 which demo；1-5 是课堂上的一次运行，all 再加上演示 6、7 (default %(default)s)")
     p.add_argument("--quick", action="store_true",
                    help="更少的训练步（冒烟测试 smoke test）；覆盖 --warm-steps、--gap-steps、--steps、--sync-every")
+    add_figures_flag(p)                # fig09_11_frontier.svg: bytes against Δ (demos 2-5)
     ga = p.add_argument_group("表 (a) 小 GPT 的激活 table (a)")
     ga.add_argument("--warm-steps", type=non_negative_int, default=DEFAULTS["warm_steps"],
                     help="训练多少步时第一次见到这批序列 steps before the earlier visit (default %(default)s)")
@@ -381,6 +382,9 @@ def main(argv=None):
         if results:
             print()
         results["demo6"] = demo6(args)
+    if args.figures:
+        from lecture09.compress.frontier_figures import draw   # matplotlib only now
+        draw(args.figures, args, train if shown else None, results)
     print(f"（总用时 total {time.perf_counter() - started:.1f} 秒）", file=sys.stderr)
     return results
 

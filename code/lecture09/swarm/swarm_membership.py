@@ -124,8 +124,9 @@ def deadline_rule(result, undisturbed, mode):
             f"的用时 / 步数）的 {DEADLINE_STEPS} 倍，向上取到 0.1 s，至少 {DEADLINE_FLOOR_S:g} s")
 
 
-def print_churn(result, undisturbed, mode):
-    """Table (3) and its summary line; undisturbed: table (1)'s SwarmResult for `mode`."""
+def print_churn(result, undisturbed, mode, figures=None):
+    """Table (3) and its summary line; undisturbed: table (1)'s SwarmResult for `mode`;
+    figures: --figures DIR, where its membership figure goes (swarm_figures.py), or None."""
     plan, n = result.plan, result.workers
     print("\n(3) 成员进出 peers that come and go [实测 measured]")
     print_wrapped(f"    {n} 个工作者开始；版本 {plan.kill_at} 时工作者 {n - 1} 被 SIGKILL 杀掉（像崩溃，不告而别），"
@@ -143,6 +144,9 @@ def print_churn(result, undisturbed, mode):
                   f"不受干扰 undisturbed（表 (1) 的 {mode} 行，同样的种子和数据）：{undisturbed.val_bpc:.4f}，"
                   f"{full} 份；差 Δ {result.val_bpc - undisturbed.val_bpc:+.4f}。"
                   f"{deadline_rounds} 轮等到了截止时间。")
+    if figures:
+        from lecture09.swarm.swarm_figures import draw_churn   # matplotlib only now
+        draw_churn(figures, result, mode)
 
 
 def print_no_churn(reason):
