@@ -133,3 +133,25 @@ def test_every_table_has_a_name_the_text_can_use():
                     unnamed.append(i + 1)
         assert not unnamed, (page.name, unnamed)
         assert numbers == list(range(1, len(numbers) + 1)), (page.name, numbers)
+
+
+def test_every_committed_figure_is_embedded_with_alt_text_and_a_numbered_caption():
+    """Each SVG in lectures/lecture09/figures/ appears in a page as ![alt](figures/FILE) with
+    alt text, followed by its caption "**图 k.n**" (numbered in order within its section)."""
+    figures = {p.name for p in (INDEX.parent / "figures").glob("*.svg")}
+    embedded = {}
+    for page, more in pages_of_sections():
+        k = int(page.stem[:2])
+        lines = [line for p in (page, *more) for line in p.read_text(encoding="utf-8").splitlines()]
+        numbers = []
+        for i, line in enumerate(lines):
+            m = re.fullmatch(r"!\[([^]]*)\]\(figures/([\w.]+)\)", line)
+            if m:
+                assert len(m.group(1)) >= 20, (page.name, m.group(2), "alt text")
+                caption = next(x for x in lines[i + 1:] if x.strip())
+                n = re.match(rf"\*\*图 {k}\.(\d+)\*\*　\S", caption)
+                assert n, (page.name, caption[:40])
+                numbers.append(int(n.group(1)))
+                embedded[m.group(2)] = page.name
+        assert numbers == list(range(1, len(numbers) + 1)), (page.name, numbers)
+    assert len(figures) >= 12 and set(embedded) == figures, figures ^ set(embedded)
