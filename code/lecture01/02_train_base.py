@@ -42,7 +42,7 @@ except ModuleNotFoundError:
 
 from lecture01.cli_args import (Parser, apply_quick, given_flags, run_main, add_precision_arguments, float_in, non_negative_int,
                       positive_int, precision_from_args)
-from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
+from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap, utf8_output
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
 
 CACHE_DIR = HERE / "cache"
@@ -340,6 +340,7 @@ def loss_chart_lines(history, n_bars=12):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     run, args = parse_args(argv)
     tiny_gpt.use_deterministic_threads()
     world = build_world(run.world_seed)

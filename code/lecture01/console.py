@@ -257,3 +257,33 @@ class StatusLine:
             self.stream.write("\r" + " " * self.shown + "\r")
             self.stream.flush()
             self.shown = 0
+
+
+def utf8_output():
+    """Make this process (and the Python processes it starts) write UTF-8 to stdout and stderr,
+    whatever the console's code page. Every script calls it first thing in main().
+
+    Windows gives a redirected stdout (`python script.py > out.txt`, `| more`) the ANSI code
+    page (cp1252 in Western Europe, cp936 in China), which cannot encode '✓' or '█' (cp1252
+    not even 汉字): the first such print would stop the script with UnicodeEncodeError. A
+    stream that already writes UTF-8 (Linux, macOS, a Windows console window) is left alone;
+    one that is not a real text file (a test's io.StringIO) has no reconfigure and is left
+    alone too. Child processes read PYTHONIOENCODING at start-up, so it is set for them.
+    """
+    import os
+    import sys
+
+    def is_utf8(name):
+        return (name or "").lower().replace("-", "").replace("_", "").startswith("utf8")
+
+    changed = False
+    for stream in (sys.stdout, sys.stderr):
+        if not is_utf8(getattr(stream, "encoding", None)) and hasattr(stream, "reconfigure"):
+            try:
+                stream.flush()
+                stream.reconfigure(encoding="utf-8")
+                changed = True
+            except (AttributeError, ValueError, OSError):    # detached or closed: nothing to do
+                pass
+    if changed or not is_utf8(os.environ.get("PYTHONIOENCODING", "utf-8")):
+        os.environ["PYTHONIOENCODING"] = "utf-8"

@@ -48,7 +48,7 @@ from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
 from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
-from lecture01.console import print_header, print_table, print_wrapped
+from lecture01.console import print_header, print_table, print_wrapped, utf8_output
 
 
 # =============================================================================
@@ -338,6 +338,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, model, real = parse_args(argv)
     import torch                         # after parsing: --help and bad flags do not wait for torch
     torch.set_num_threads(1)

@@ -45,7 +45,7 @@ except ModuleNotFoundError:
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture01.cli_args import Parser, given_flags, note_quick_overrides, run_main, int_in, positive_float
-from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
+from lecture01.console import display_width, pad, print_header, print_table, print_wrapped, utf8_output
 from lecture09.parallel.data_parallel_report import (  # noqa: F401  (the tests reach the sentences here)
     difference_sentence, loss_sentence, observations, signed)
 
@@ -340,6 +340,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, setup = parse_args(argv)
     from lecture01 import tiny_gpt                      # imports torch: after parsing, so --help and bad flags are fast
     tiny_gpt.use_deterministic_threads()

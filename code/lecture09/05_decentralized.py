@@ -61,6 +61,7 @@ from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
 from lecture01.cli_args import (Parser, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
+from lecture01.console import utf8_output
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -251,6 +252,7 @@ def unused_flags_note(args, given, demo1_dests, demo2_dests):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, schedule, compression = parse_args(argv)
     started = time.perf_counter()
     results = {}

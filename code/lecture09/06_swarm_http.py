@@ -75,7 +75,7 @@ except ModuleNotFoundError:
 from lecture01.cli_args import (Parser, apply_quick, given_flags,   # noqa: E402
     run_main, int_in, non_negative_int, positive_float, positive_int, ratio,
 )
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
                                          non_negative_float, read_token_file, server_url, token, wire_mode)
 from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
@@ -403,6 +403,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args = parse_args(argv)
     if args.serve:
         return run_serve(args)

@@ -34,7 +34,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
-from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
+from lecture01.console import pad, print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
 # Flag defaults, written out so that --help needs no torch (tests check they agree with
@@ -363,6 +363,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     settings = parse_args(argv)
     from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt

@@ -36,7 +36,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, given_flags, int_in, float_in, precision_from_args, run_main  # noqa: E402
-from lecture01.console import LINE_WIDTH, pad, print_header, print_wrapped  # noqa: E402
+from lecture01.console import LINE_WIDTH, pad, print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
 SGD_LR = 0.3          # swarm.influence.SGD_LR: the control row's plain SGD (tests check they agree)
@@ -364,6 +364,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     settings = parse_args(argv)
     from lecture09.compress import compressed_dp as cdp
     from lecture09.swarm.influence import measure_round

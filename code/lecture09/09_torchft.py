@@ -35,7 +35,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
 DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_steps=10, fragments=2,
@@ -159,6 +159,7 @@ def sim_check(args):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:

@@ -35,7 +35,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
-from lecture01.console import format_table, print_header, print_wrapped  # noqa: E402
+from lecture01.console import format_table, print_header, print_wrapped, utf8_output  # noqa: E402
 
 COMPRESSIONS = ("none", "float16", "meanstd_16bit", "uniform_8bit", "quantile_8bit")  # hivemind_peer's (tested)
 DEFAULTS = dict(peers=4, rounds=12, inner_steps=10, compression="none", matchmaking_s=1.0, part_kb=16,
@@ -195,6 +195,7 @@ def server_rows(n_peers, inner_steps, undisturbed, record, tensor_bytes):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:

@@ -75,7 +75,7 @@ except ModuleNotFoundError:
 
 from lecture01.cli_args import (Parser, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
                                 precision_from_args, run_main)
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import aq_report, training_flags  # noqa: E402
 from lecture09.schedule.geo_network import PRESETS  # noqa: E402
 from lecture09.schedule.schedule_setup import ScheduleSetup  # noqa: E402
@@ -343,6 +343,7 @@ def demo7(args, train, rows, results_iter):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None
