@@ -332,8 +332,8 @@ def parse_args(argv=None):
     model = replace(model, n_bytes=args.n_bytes)
     bad = [q for q in model.world_sizes + (model.size_table_p,) if model.n_bytes % q]
     if bad:
-        p.error(f"--n-bytes {model.n_bytes} 不是 p = {bad[0]} 的倍数：公式假设每块一样大 "
-                f"(must be a multiple of every p: {', '.join(map(str, sorted(set(model.world_sizes + (model.size_table_p,)))))})")
+        p.error(f"--n-bytes {model.n_bytes} 要是每个 p 的倍数 (a multiple of every p: "
+                f"{', '.join(map(str, sorted(set(model.world_sizes + (model.size_table_p,)))))})")
     return args, model, real
 
 

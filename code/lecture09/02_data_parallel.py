@@ -324,7 +324,7 @@ def parse_args(argv=None):
                    help="演示 3 把 rank 0 的 Chrome trace 写到这里（Perfetto / chrome://tracing 能打开）write the trace")
     args = p.parse_args(argv)
     if args.trace and not os.access(os.path.dirname(os.path.abspath(args.trace)), os.W_OK):
-        p.error(f"--trace {args.trace}：目录不存在或不能写 (cannot write there)")
+        p.error("--trace：文件所在的目录不存在或不能写 (its folder is missing or not writable)")
     if args.batch_size % args.world_size:
         p.error(f"--world-size {args.world_size} 不能整除 --batch-size {args.batch_size} "
                 f"(the world size must divide the batch)")

@@ -207,8 +207,7 @@ def parse_args(argv=None):
         p.error(f"--global-batch 不能小于副本数 {schedule.n_replicas} "
                 f"(must be at least the {schedule.n_replicas} replicas)")
     if 0 < schedule.second_batch < schedule.n_replicas:
-        p.error(f"--second-batch 不能小于副本数 {schedule.n_replicas}，或者用 0 表示不算 "
-                f"(must be 0 or at least the {schedule.n_replicas} replicas)")
+        p.error(f"--second-batch 要么是 0（不算），要么不小于副本数 (0, or >= the {schedule.n_replicas} replicas)")
     for batch, flag in ((schedule.global_batch, "--global-batch"), (schedule.second_batch, "--second-batch")):
         if batch and batch // schedule.n_replicas < schedule.n_micro_batches:
             p.error(f"--micro-batches {schedule.n_micro_batches} 大于 {flag} 给每个副本的序列数 "

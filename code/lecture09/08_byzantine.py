@@ -344,14 +344,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
-    from lecture09.robust import aggregators
+    from lecture09.robust import aggregator_rules as aggregators    # no torch: a refusal answers at once
     if 2 * args.liars >= args.workers:
-        p.error(f"--liars {args.liars} 要少于工作者的一半 (f < n/2: {args.workers} workers)")
+        p.error(f"--liars {args.liars} 要少于工作者的一半 (f < n/2, n = --workers {args.workers})")
     for name in dict.fromkeys(list(args.aggregators) + list(args.compressed_aggregators) + ["mean", "median"]):
         try:
             aggregators.check_settings(name, args.workers, args.liars, args.bucket)
         except aggregators.AggregatorError as error:
-            p.error(f"{error} (--workers {args.workers} --liars {args.liars})")
+            p.error(f"{error} (--workers {args.workers}, --liars {args.liars})".replace(" (Blanchard et al.)", ""))
     from lecture09.compress.compressed_dp import Seeds, TrainSetup
     train = replace(TrainSetup(n_workers=args.workers).with_steps(args.steps), bucket=args.bucket,
                     cc_tau=args.cc_tau, worker_momentum=args.worker_momentum, precision=precision_from_args(args))

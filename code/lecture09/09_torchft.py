@@ -44,8 +44,7 @@ DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_st
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
 #                           different order, so anything near 1e-3 would be a real difference
-UNAVAILABLE = ("torchft 只有 Linux 的 wheel，这台机器上跑不了代码 9；请在 Linux 或 WSL 里运行 "
-               "(torchft ships Linux wheels only: use Linux or WSL)")
+UNAVAILABLE = "torchft 只有 Linux 的 wheel，代码 9 请在 Linux 或 WSL 里运行 (torchft ships Linux wheels only)"
 
 
 def build_parser():

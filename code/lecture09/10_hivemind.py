@@ -42,10 +42,8 @@ DEFAULTS = dict(peers=4, rounds=12, inner_steps=10, compression="none", matchmak
                 timeout=10.0, model_seed=0, data_seed=1, check=True)
 QUICK = dict(rounds=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: see the notes, §10; the same arithmetic in another order
-UNAVAILABLE = ("hivemind 没有 Windows 的 wheel（它的 libp2p 守护进程 p2pd 只为 Linux 和 macOS 编译），"
-               "这台机器上跑不了代码 10；请在 WSL 里运行 (hivemind ships Linux/macOS wheels only: use WSL)")
-OUR_ROWS = {"none": "none", "float16": "fp16", "meanstd_16bit": "—", "uniform_8bit": "int8（最近的）",
-            "quantile_8bit": "—"}
+UNAVAILABLE = ("hivemind 的 libp2p 守护进程没有 Windows 版，代码 10 请在 WSL 里运行 "
+               "(hivemind: Linux/macOS only)")
 
 
 def build_parser():
