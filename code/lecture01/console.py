@@ -287,3 +287,19 @@ def utf8_output():
                 pass
     if changed or not is_utf8(os.environ.get("PYTHONIOENCODING", "utf-8")):
         os.environ["PYTHONIOENCODING"] = "utf-8"
+
+
+def printed_difference(a, b, digits=4):
+    """a − b as a student computes it from the printed numbers: each rounded to `digits`
+    decimals as it is printed, then subtracted exactly (decimal arithmetic, no binary rounding).
+    A difference computed before rounding can disagree in the last digit with a calculator
+    (2.85834 − 2.08266 = 0.77568 prints 0.7757, but 2.8583 − 2.0827 = 0.7756): print this
+    one beside its operands. Returns a float that prints back to exactly those digits."""
+    from decimal import Decimal
+    return float(Decimal(f"{a:.{digits}f}") - Decimal(f"{b:.{digits}f}"))
+
+
+def signed(x, digits=4):
+    """x with its sign ("+0.0123", "-0.0040"), and "0.0000" for anything that rounds to zero
+    (never "-0.0000")."""
+    return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"

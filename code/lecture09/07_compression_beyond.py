@@ -140,8 +140,9 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
         elif len(finite) < len(deltas):
             delta_text = "—"
         else:
-            d = cdp.Spread.of(finite)
-            delta_text = _signed(d.mean) + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）")
+            d = cdp.Spread.of(finite)          # the mean from the two printed means: a calculator agrees
+            delta_text = (_signed(cdp.printed_mean_delta(results, base))
+                          + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）"))
         zeros = (f"{sum(r.zeroed_fraction for r in results) / n_seeds:.1%}"
                  if row.run.scheme in cdp.ZERO_COUNTED and row.run.optimizer == "adamw" else "")
         ratio_cell = pad(f"{bpe / 4:.4f}", widths[2], ">") if widths[2] else ""
@@ -278,10 +279,12 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
     words = {"same": "和每步 AdamW 差不多", "worse": "比每步 AdamW 差", "better": "比每步 AdamW 好",
              "unclear": "好坏说不清（种子之间不一致）"}
 
+    base = next(iter(table.values()))[1]          # the first row: every Δ's baseline
+
     def d(key):
         deltas = table[key][2]
         finite = [x for x in deltas if math.isfinite(x)]
-        text = _signed(sum(finite) / len(finite)) if len(finite) == len(deltas) else "—"
+        text = _signed(cdp.printed_mean_delta(table[key][1], base)) if len(finite) == len(deltas) else "—"
         return f"{words[cdp.verdict(deltas)]}（Δ {text}）"
 
     def zeros(key):
@@ -303,7 +306,8 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
         diff = [x - y for x, y in zip(table[a][2], table[b][2])]
         words = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好",
                  "unclear": "的影响在种子之间不一致"}[cdp.verdict(diff)]
-        return words, _signed(sum(diff) / len(diff)) if all(map(math.isfinite, diff)) else "—"
+        return words, (_signed(cdp.printed_mean_delta(table[a][1], table[b][1])) if all(map(math.isfinite, diff))
+                       else "—")
 
     compress_words, compress_text = part(onebit, frozen)
     clip_words, clip_text = part(frozen, avgclip)
