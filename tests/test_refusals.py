@@ -28,6 +28,7 @@ REFUSALS = {
     "02_train_base.py": [
         ["--steps", "0"], ["--batch-size", "0"], ["--lr", "0"], ["--lr", "2"], ["--lr", "nan"], ["--eval-every", "0"],
         ["--probes", "-1"], ["--samples", "-1"], ["--precision", "fp8"], ["--seed", "x"],
+        ["--batch-size", "100000000", "--steps", "1", "--no-cache"],
     ],
     "01_collectives.py": [
         ["--demo", "7"], ["--n-bytes", "0"], ["--latency-us", "inf"], ["--latency-us", "0"],

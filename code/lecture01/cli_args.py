@@ -128,8 +128,8 @@ def int_at_least(minimum):
 def float_in(low, high, low_open=False, high_open=False):
     """An argparse type: a finite float between low and high (open or closed ends;
     None for no bound)."""
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
+    left = "(" if low_open or low is None else "["       # no bound: inf itself is refused (not finite)
+    right = ")" if high_open or high is None else "]"
     described = f"in {left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
 
     def parse(text):

@@ -244,7 +244,8 @@ def chart_rows(rows):
 
 def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
     """Console chart of several curves: {label: [y per step]} -> lines. Each curve gets a
-    letter (* where two meet); a column shows the mean of its steps; lower is lower."""
+    letter (* where two meet); a column shows the mean of its steps; lower is lower. A curve
+    that meets another in every column shows no letter: its legend line says so."""
     finite = [y for ys in series.values() for y in ys if math.isfinite(y)]
     if not finite:
         return ["（没有可画的点 nothing to plot）"]
@@ -263,7 +264,9 @@ def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
     lines = [f"{high - (high - low) * i / (height - 1):6.2f} |" + "".join(r) for i, r in enumerate(grid)]
     lines.append(" " * 7 + "+" + "-" * width)
     lines.append(" " * 8 + "第 1 步" + " " * (width - 14) + f"第 {max(len(v) for v in series.values())} 步")
-    lines += [f"  {mark} = {label}" for mark, label in zip(MARKS, series)]
+    visible = {ch for row in grid for ch in row}
+    lines += [f"  {mark} = {label}" + ("（每一格都和别的曲线重合，只画成 * all under *）" if mark not in visible else "")
+              for mark, label in zip(MARKS, series)]
     lines.append("  * = 两条以上的曲线落在同一格 two or more curves in one cell")
     return lines
 
