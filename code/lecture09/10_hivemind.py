@@ -44,6 +44,8 @@ QUICK = dict(rounds=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: see the notes, §10; the same arithmetic in another order
 UNAVAILABLE = ("hivemind 的 libp2p 守护进程没有 Windows 版，代码 10 请在 WSL 里运行 "
                "(hivemind: Linux/macOS only)")
+OUR_ROWS = {"none": "none", "float16": "fp16", "meanstd_16bit": "—", "uniform_8bit": "int8（最近的）",
+            "quantile_8bit": "—"}
 
 
 def build_parser():
