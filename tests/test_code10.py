@@ -574,3 +574,21 @@ def assert_notes_table_f_is(expected, mb_tolerance=0.0):
 
 def test_table_f_in_the_notes_is_the_default_runs_cell_by_cell():
     assert_notes_table_f_is(expected_table_f_numbers(*default_table_f()))
+
+
+def test_table_d_says_why_when_a_round_was_not_everyone():
+    """§10 exercise 1 on a busy laptop (issue 43): --peers 5 --no-churn formed no 5-peer group,
+    and table (d) said only "超出容差". Now it names the rounds and the reason."""
+    from lecture09.engines import hivemind_report as rep
+    from lecture09.engines.reference import SimCheck, sim_check_lines
+    full = record_of([[(0, 1, 2, 3)], [(0, 1, 2, 3)]])
+    assert rep.not_comparable_rounds(full) == [] and rep.not_everyone(full) == ""
+    split = record_of([[(0, 1, 2, 3)], [(0, 1, 2), (3,)], [(0, 1), (2, 3)]])
+    assert rep.not_comparable_rounds(split) == [1, 2]
+    why = rep.not_everyone(split)
+    assert why.startswith("2 轮没有 4 个同伴一起平均（第 1 轮的组：{0,1,2}、{3}）") and "--matchmaking-s" in why
+    check = SimCheck(syncs=3, max_loss_diff=0.02, engine_bpc=2.5, sim_bpc=2.4)
+    assert sim_check_lines(check, 1e-5, "hivemind", why)[-1] == f"  不一致，但不是 hivemind 算错：{why}"
+    assert "超出容差" in sim_check_lines(check, 1e-5, "hivemind")[-1]
+    agree = SimCheck(syncs=3, max_loss_diff=0.0, engine_bpc=2.4, sim_bpc=2.4)
+    assert sim_check_lines(agree, 1e-5, "hivemind", why)[-1].startswith("  一致")

@@ -151,3 +151,14 @@ def test_printed_mean_delta_is_the_difference_of_the_printed_means():
     assert f"{printed_mean_delta(row, base):.4f}" == "0.7756"
     import math
     assert math.isnan(printed_mean_delta(row, [R(bpc=math.nan, diverged=True), base[1]]))
+
+
+def test_eta_text_estimates_from_what_is_done():
+    from lecture01.console import eta_text
+    assert eta_text(0, 70, 0.5) == "0/70 步，0.5 秒"
+    assert eta_text(10, 70, 5.0) == "10/70 步，5.0 秒，还要约 30.0 秒 (ETA)"     # 0.5 s a step, 60 left
+    assert eta_text(70, 70, 35.0) == "70/70 步，35.0 秒"
+    # the first step carried 4 s of start-up: left out, 9 steps in 4.5 s give 0.5 s a step
+    assert eta_text(10, 70, 8.5, since_first_s=4.5) == "10/70 步，8.5 秒，还要约 30.0 秒 (ETA)"
+    assert eta_text(1, 70, 4.0, since_first_s=0.0) == "1/70 步，4.0 秒"
+    assert eta_text(3, 8, 2.0, unit="个") == "3/8 个，2.0 秒，还要约 3.3 秒 (ETA)"

@@ -303,3 +303,17 @@ def signed(x, digits=4):
     """x with its sign ("+0.0123", "-0.0040"), and "0.0000" for anything that rounds to zero
     (never "-0.0000")."""
     return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"
+
+
+def eta_text(done, total, elapsed_s, since_first_s=None, unit="步"):
+    """A progress line's numbers: "12/70 步，3.1 秒，还要约 14.9 秒 (ETA)": the rest is assumed
+    to go as fast as what is done. since_first_s: the time since the first unit ended; given,
+    the estimate leaves out the first unit, which carries the start-up (loading, the first
+    call's set-up) and would inflate it; then there is none before a second unit is done."""
+    text = f"{done}/{total} {unit}，{elapsed_s:.1f} 秒"
+    if since_first_s is not None:
+        if 1 < done < total:
+            text += f"，还要约 {since_first_s / (done - 1) * (total - done):.1f} 秒 (ETA)"
+    elif 0 < done < total:
+        text += f"，还要约 {elapsed_s / done * (total - done):.1f} 秒 (ETA)"
+    return text

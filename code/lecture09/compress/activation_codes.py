@@ -52,9 +52,10 @@ def encode_both_ways(a_then, a_now, scheme_name, opts):
 
 
 def study(model_config, recipe, world_seed=0, model_seed=0, data_seed=1, batch_size=8, warm_steps=20,
-          gap_steps=5, block_size=256):
+          gap_steps=5, block_size=256, on_step=None):
     """Train the tiny GPT warm_steps + gap_steps steps (fp32, lecture 1's AdamW recipe) and
-    encode its last block's output on one held batch at both moments; an ActivationStudy."""
+    encode its last block's output on one held batch at both moments; an ActivationStudy.
+    on_step(done, total): called after each training step (the script's progress line)."""
     from lecture01 import tiny_gpt
     from lecture09.compress.training import world_tokens
 
@@ -88,6 +89,8 @@ def study(model_config, recipe, world_seed=0, model_seed=0, data_seed=1, batch_s
         optimizer.step()
         if step + 1 == warm_steps:
             a_then = activation()
+        if on_step is not None:
+            on_step(step + 1, total)
     a_now = activation()
     hook.remove()
     opts = Options(block_size=block_size)
