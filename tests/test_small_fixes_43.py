@@ -56,3 +56,22 @@ def test_serve_names_per_worker_tokens_and_the_workers_flag():
     assert token_mode(shared) == "token on" and worker_token_flag(shared) == " --token ..."
     none = replace(ServerConfig(), token=None)
     assert token_mode(none) == "token off" and worker_token_flag(none) == ""
+
+
+def test_branch_and_bound_reports_progress_and_the_most_it_can_still_take(monkeypatch):
+    """Issue 43, item 6: code 05 --network aws-world spent its branch and bound in silence.
+    The search now reports rows priced against its budget; the result does not change."""
+    from lecture09.schedule import layout_optimum
+    from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks
+    s = ScheduleSetup()
+    geo, _ = build_networks(s)
+    args = (geo, s.n_stages, s.n_replicas, s.stage_param_bytes, s.act_bytes)
+    quiet = layout_optimum.optimal_layout(*args, n_micro_batches=s.n_micro_batches)
+    seen = []
+    monkeypatch.setattr(layout_optimum, "PROGRESS_EVERY", 1)
+    loud = layout_optimum.optimal_layout(*args, n_micro_batches=s.n_micro_batches,
+                                         on_progress=lambda priced, budget: seen.append((priced, budget)))
+    assert loud.cost == quiet.cost and seen
+    assert [p for p, _ in seen] == sorted(p for p, _ in seen) and all(b == seen[0][1] for _, b in seen)
+    assert layout_optimum.progress_words(2_000_000, 10_000_000, 20.0) == (
+        "分支定界 branch and bound：已算 2,000,000 行，上限 10,000,000 行，20 秒；最多还要约 80 秒 (at most)")

@@ -6,6 +6,7 @@ connection is accepted, requests in flight finish (swarm_http.STOP_DRAIN_S at mo
 checkpoint of everything is written (swarm_checkpoint.py), and the status is 0.
 """
 
+import os
 import signal
 import sys
 import time
@@ -30,7 +31,7 @@ def token_mode(config):
     """How uploads are authorised, for the server's first line: a shared token, one per
     worker (--token-file), or none."""
     if config.worker_tokens:
-        return f"每个工作者自己的 token per-worker tokens ({len(config.worker_tokens)})"
+        return f"per-worker tokens ({len(config.worker_tokens)})"
     return "token on" if config.token else "token off"
 
 
@@ -64,6 +65,7 @@ def serve(config, port, verbose, resume, script):
                   f"({len(swarm.round)} uploads in the round)", flush=True)
         print(f"参数服务器 parameter server: {server.url}  ({config.update}, world_size {config.world_size}, "
               f"{config.total_updates} 步 steps, {token_mode(config)})", flush=True)
+        print(f"  进程号 pid {os.getpid()}（停下：Ctrl-C 或 kill，都先写检查点 both checkpoint first）", flush=True)
         print(f"每个工作者一个终端 one terminal per worker, N = 0 .. {config.world_size - 1}:", flush=True)
         print(f"  python3 {script} --worker {server.url} --worker-id N" + worker_token_flag(config), flush=True)
         if config.worker_tokens:
