@@ -204,7 +204,8 @@ def demo1(args, setup):
     geo, _ = build_networks(setup)
     batches = [setup.global_batch] + ([setup.second_batch] if setup.second_batch else [])
     encodings = {activation_codes.label(c.scheme, args.block_size): c.bytes_per_value for c in study.codes}
-    rows = activation_pricing.price_encodings(setup, geo, encodings, batches)
+    rows = activation_pricing.price_encodings(setup, geo, encodings, batches, step=status.show)
+    status.clear()
     activation_pricing.print_pricing(setup, rows, print_wrapped)
     observations = (activation_codes.study_observations(study, args.block_size)
                     + activation_pricing.pricing_observations(setup, rows))

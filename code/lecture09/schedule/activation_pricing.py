@@ -50,23 +50,33 @@ class PricedEncoding:
         return self.gain_s > 1e-9
 
 
-def price_encodings(setup, net, bytes_per_value_by_label, batches):
+def price_encodings(setup, net, bytes_per_value_by_label, batches, step=None):
     """[PricedEncoding] for every batch in `batches` (in order) and every encoding (label ->
-    bytes per value, in order), on `net` with demo 1's job `setup`."""
+    bytes per value, in order), on `net` with demo 1's job `setup`. step(text): progress of
+    each search (layout_optimum.progress_words), for a search that takes long."""
+    import time
+
+    from lecture09.schedule.layout_optimum import progress_words
+
+    def optimum(act, what):
+        started = time.perf_counter()
+        report = None if step is None else (lambda priced, budget: step(
+            f"{what}：" + progress_words(priced, budget, time.perf_counter() - started)))
+        return optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
+                              n_micro_batches=setup.n_micro_batches, on_progress=report)
+
     if not bytes_per_value_by_label:
         raise ValueError("no encodings to price")
     rows = []
     for batch in batches:
         fp16_act = setup.act_bytes_at(batch)
-        fp16 = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, fp16_act,
-                              n_micro_batches=setup.n_micro_batches)
+        fp16 = optimum(fp16_act, f"batch {batch} fp16")
         fp16_stats = layout_stats(fp16.assignment, net, setup.n_stages, setup.n_replicas)
         for label, b in bytes_per_value_by_label.items():
             if not b > 0:
                 raise ValueError(f"bytes per value must be positive, got {b!r} for {label!r}")
             act = fp16_act * b / FP16_BYTES
-            best = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
-                                  n_micro_batches=setup.n_micro_batches)
+            best = optimum(act, f"batch {batch} {label}")
             kept = LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
                               setup.n_micro_batches).breakdown(fp16.assignment)
             rows.append(PricedEncoding(label, b, batch, best, kept,
