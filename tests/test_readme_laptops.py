@@ -41,8 +41,10 @@ def test_the_macos_sentence_gives_the_reason_the_code_has():
 
 def test_each_run_time_cell_is_a_line():
     rows = [line for line in README.splitlines() if line.startswith("| `code/")]
+    frontier = next(r for r in rows if "11_frontier.py" in r)
+    assert len(frontier) <= 800, len(frontier)
     assert len(rows) == 13
     for row in rows:
         cell = [c.strip() for c in row.strip().strip("|").split("|")][3]
-        assert len(cell) <= 200, (row[:40], len(cell))
+        assert len(cell) <= 250, (row[:40], len(cell))       # code 11's was 367 (and its row 3,016)
         assert re.match(r"~?\d", cell), cell

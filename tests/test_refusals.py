@@ -54,7 +54,7 @@ REFUSALS = {
         ["--capacity-factor", "0"], ["--tokens", "0"], ["--cp-ranks", "0"], ["--seq-len", "7"], ["--cp-heads", "5"],
     ],
     "05_decentralized.py": [
-        ["--demo", "3"], ["--net-seed", "-1"], ["--network", "moon"], ["--intra-gbps", "0"],
+        ["--demo", "9"], ["--net-seed", "-1"], ["--network", "moon"], ["--intra-gbps", "0"],
         ["--intra-latency-ms", "-1"], ["--inter-gbps", "2", "1"], ["--inter-latency-ms", "5", "1"],
         ["--global-batch", "1"], ["--second-batch", "1"], ["--micro-batches", "0"], ["--micro-batches", "100000"],
         ["--random-layouts", "0"], ["--restarts", "0"], ["--strict-iters", "-1"], ["--genetic-budget", "1"],

@@ -94,11 +94,9 @@ def round_aggregators(settings):
 
 
 def changed_settings(train):
-    """The flags left off their defaults that change a result and no title names (--bucket,
-    --cc-tau; tables (2) and (3) name --worker-momentum), for the line under each table's
-    title; "" when none is."""
-    said = ([f"分桶 bucketing s = {train.bucket}（--bucket）"] if train.bucket > 1 else []) \
-        + ([f"centered-clip τ = {train.cc_tau:g}（--cc-tau）"] if train.cc_tau != DEFAULTS["cc_tau"] else [])
+    """--bucket, --cc-tau off their defaults (they change results; the titles name --worker-momentum)."""
+    said = ([f"分桶 bucketing s = {train.bucket}（--bucket）"] if train and train.bucket > 1 else []) \
+        + ([f"centered-clip τ = {train.cc_tau:g}（--cc-tau）"] if train and train.cc_tau != DEFAULTS["cc_tau"] else [])
     return "设置 settings：" + "，".join(said) + "。" if said else ""
 
 
@@ -106,9 +104,7 @@ def print_round(study, control, dense, out=print_wrapped, train=None):
     attacks = [a for a in dict.fromkeys(c.attack for c in study.cells)]
     print_header(f"表 (1)：一轮里说谎者把这一步推动多少（{study.n_workers} 个工作者，{study.liars} 个说谎，"
                  f"发 {study.scheme}，AdamW）")
-    if train is not None and changed_settings(train):
-        out(changed_settings(train))
-    out(f"单位 = 一个诚实工作者在平均里的分量 |Δw(n 个的平均) − Δw(前 n−1 个的平均)| = {study.unit:.4g}"
+    out(changed_settings(train) + f"单位 = 一个诚实工作者在平均里的分量 |Δw(n 个的平均) − Δw(前 n−1 个的平均)| = {study.unit:.4g}"
         f"（整轮 |Δw| = {study.honest_step:.4g}）。每份上传先裁剪到 n × clip_norm，和代码 6 一样。"
         "“保留”= 没人说谎时这个聚合器的一步和平均那一步的余弦；“非零”= 聚合出的梯度里不为 0 的分量。")
     widths = (14, 6, 7) + (11,) * len(attacks)
