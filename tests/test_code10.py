@@ -221,16 +221,19 @@ def test_the_numpy2_shim_reads_hiveminds_8bit_wire_format():
 
 
 @needs_hivemind
-@pytest.mark.parametrize("n,part_bytes", [(3, 2 ** 14), pytest.param(4, 2 ** 19, marks=SWEEP_TIER)])
-def test_with_a_fixed_group_hivemind_averages_to_the_mean(n, part_bytes):
+@pytest.mark.parametrize("n,part_bytes,method", [(3, 2 ** 14, None), pytest.param(4, 2 ** 19, None, marks=SWEEP_TIER),
+                                                 pytest.param(3, 2 ** 14, "spawn", marks=SWEEP_TIER)])
+def test_with_a_fixed_group_hivemind_averages_to_the_mean(n, part_bytes, method):
     """The issue's test (hivemind's own fault-tolerance tests check the same): no churn, a
-    group of all n, and every peer ends with the mean of the n tensors, within 1e-5."""
+    group of all n, and every peer ends with the mean of the n tensors, within 1e-5. With
+    method "spawn": the way the peers start on macOS (hivemind_run.peer_start_method), run
+    here on Linux."""
     from lecture09.engines.hivemind_run import average_once
     g = torch.Generator().manual_seed(n)
     tensors = [torch.randn(100_003, generator=g) for _ in range(n)]
     mean = torch.stack(tensors).mean(0)
     for attempt in range(3):           # hivemind may hand back a partial average: the checksum says so
-        results = average_once(tensors, part_bytes=part_bytes)
+        results = average_once(tensors, part_bytes=part_bytes, method=method)
         if all(complete for _, _, complete in results):
             break
     else:
@@ -240,7 +243,14 @@ def test_with_a_fixed_group_hivemind_averages_to_the_mean(n, part_bytes):
         torch.testing.assert_close(torch.from_numpy(averaged), mean, rtol=0, atol=1e-5)
 
 
-def run_with_retries(settings, churn=None, attempts=3):
+def test_peers_fork_only_on_linux(monkeypatch):
+    from lecture09.engines import hivemind_run
+    for platform, method in (("linux", "fork"), ("darwin", "spawn"), ("win32", "spawn")):
+        monkeypatch.setattr(sys, "platform", platform)
+        assert hivemind_run.peer_start_method() == method
+
+
+def run_with_retries(settings, churn=None, attempts=3, method=None):
     """hivemind_run.run again (at most `attempts` runs) if hivemind gave up (EngineFailed:
     a loaded machine can make a round miss its time limits), handed back a partial average
     (the checksum; the run then skipped an outer step), or left a peer alone for a round
@@ -253,7 +263,7 @@ def run_with_retries(settings, churn=None, attempts=3):
 
     for attempt in range(attempts):
         try:
-            record = hivemind_run.run(settings, churn)
+            record = hivemind_run.run(settings, churn, method=method)
         except hivemind_run.EngineFailed:
             if attempt == attempts - 1:
                 raise
@@ -343,6 +353,34 @@ def test_with_hiveminds_default_part_size_one_peer_reduces_everything():
     for r in range(2):
         assert sorted(x.sent for x in record.of_round(r)) == [S, S, 2 * S]
     assert summarize("x", record, 0.0).busiest_share == pytest.approx(2 * S / (4 * S / 3))
+
+
+@needs_hivemind
+@pytest.mark.parametrize("method", [pytest.param("spawn", marks=SWEEP_TIER)])
+def test_spawned_peers_train_as_forked_ones_do(method):
+    """The peers as macOS starts them (spawn; hivemind_run.peer_start_method), run here on
+    Linux: each loads the world itself and finds run()'s socket folder through the
+    environment; the run ends, every peer reports every round, the last round averages all
+    three, and the peers end equal. (A spawned peer starts seconds later than a forked one,
+    so a first round alone is allowed here.)"""
+    from lecture09.engines import hivemind_run
+    from lecture09.engines.hivemind_peer import PeerSettings
+    for attempt in range(3):
+        try:
+            record = hivemind_run.run(PeerSettings(n_peers=3, rounds=3, inner_steps=1), method=method)
+        except hivemind_run.EngineFailed:
+            if attempt == 2:
+                raise
+            continue
+        if [sorted(x.members) for x in record.of_round(2)] == [[0, 1, 2]] * 3 or attempt == 2:
+            break
+    assert sorted({x.peer for x in record.rounds}) == [0, 1, 2]
+    assert all(len(record.of_round(r)) == 3 for r in range(3))
+    assert [sorted(x.members) for x in record.of_round(2)] == [[0, 1, 2]] * 3
+    finals = [record.finals[p] for p in sorted(record.finals)]
+    assert len(finals) == 3
+    for other in finals[1:]:
+        torch.testing.assert_close(other, finals[0], rtol=0, atol=1e-6)      # as the forked peers' test
 
 
 def session_processes(sid, settle_s=0.0):
@@ -536,3 +574,21 @@ def assert_notes_table_f_is(expected, mb_tolerance=0.0):
 
 def test_table_f_in_the_notes_is_the_default_runs_cell_by_cell():
     assert_notes_table_f_is(expected_table_f_numbers(*default_table_f()))
+
+
+def test_table_d_says_why_when_a_round_was_not_everyone():
+    """§10 exercise 1 on a busy laptop (issue 43): --peers 5 --no-churn formed no 5-peer group,
+    and table (d) said only "超出容差". Now it names the rounds and the reason."""
+    from lecture09.engines import hivemind_report as rep
+    from lecture09.engines.reference import SimCheck, sim_check_lines
+    full = record_of([[(0, 1, 2, 3)], [(0, 1, 2, 3)]])
+    assert rep.not_comparable_rounds(full) == [] and rep.not_everyone(full) == ""
+    split = record_of([[(0, 1, 2, 3)], [(0, 1, 2), (3,)], [(0, 1), (2, 3)]])
+    assert rep.not_comparable_rounds(split) == [1, 2]
+    why = rep.not_everyone(split)
+    assert why.startswith("2 轮没有 4 个同伴一起平均（第 1 轮的组：{0,1,2}、{3}）") and "--matchmaking-s" in why
+    check = SimCheck(syncs=3, max_loss_diff=0.02, engine_bpc=2.5, sim_bpc=2.4)
+    assert sim_check_lines(check, 1e-5, "hivemind", why)[-1] == f"  不一致，但不是 hivemind 算错：{why}"
+    assert "超出容差" in sim_check_lines(check, 1e-5, "hivemind")[-1]
+    agree = SimCheck(syncs=3, max_loss_diff=0.0, engine_bpc=2.4, sim_bpc=2.4)
+    assert sim_check_lines(agree, 1e-5, "hivemind", why)[-1].startswith("  一致")

@@ -65,17 +65,48 @@ def test_observation_branches_follow_the_numbers():
     changed = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 1.0, "4 bit": 0.5}, [1024])
     [text] = _words(changed)
     assert "压缩到 4 bit（压缩比 4.00）时最优分配变了" in text
-    assert f"{changed[2].fp16_layout['total']:.2f} 秒" in text and f"再省 {changed[2].gain_s:.2f} 秒" in text
+    kept, best = f"{changed[2].fp16_layout['total']:.2f}", f"{changed[2].optimum.cost:.2f}"
+    assert f"{kept} 秒" in text and f"换了省 {float(kept) - float(best):.2f} 秒" in text      # the printed numbers'
+    assert "比 fp16 还大" not in text
     several = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "4 bit": 0.5, "2 bit": 0.25}, [1024])
     [text] = _words(several)
     assert "4 bit、2 bit都让最优分配变了，以 4 bit（压缩比 4.00）为例" in text
     unchanged = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 1.0}, [256])
     [text] = _words(unchanged)
     assert "fp16 的最优分配仍然最优" in text and f"{unchanged[0].fp16_cost:.2f} → {unchanged[1].optimum.cost:.2f}" in text
+    assert "少了" in text and "比 fp16 还大" not in text
     bound = [replace(r, optimum=replace(r.optimum, exact=False)) for r in unchanged]
     assert bound[1].layout_changed is None
     [text] = _words(bound)
     assert "不能断定" in text
+
+
+def test_an_encoding_bigger_than_fp16_is_called_so():
+    """--block-size 1 (§11 exercise 3): int8 5 bytes and 4 bit 4.5 bytes per value, more than
+    fp16's 2: the pipeline gets slower, and the words say so (issue 43, item 4)."""
+    unchanged = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "4 bit": 4.5}, [1024])
+    [text] = _words(unchanged)
+    before, after = f"{unchanged[0].fp16_cost:.2f}", f"{unchanged[1].optimum.cost:.2f}"
+    assert float(after) > float(before) and "比 fp16 还大" in text and "只让流水线通信变少" not in text
+    assert f"{before} → {after} 秒，多了 {float(after) - float(before):.2f} 秒" in text
+    moved = ap.price_encodings(SETUP, GEO, {"fp16": 2.0, "int8": 5.0}, [256])
+    [text] = _words(moved)
+    assert moved[1].layout_changed and "这种编码比 fp16 还大" in text and "再省" not in text
+    s = SETUP
+    before, after = s.compute_s + moved[1].fp16_cost, s.compute_s + moved[1].optimum.cost
+    word = "多了" if round(after, 1) > round(before, 1) else "少了"
+    assert f"{before:.1f} → {after:.1f} 秒（fp16 激活的最优 → 这一行的最优），{word}" in text
+
+
+def test_errors_printed_as_zero_get_no_ratio():
+    codes = (ac.ActivationCode("fp16", 2.0, 2e-4, 2e-5), ac.ActivationCode("int8-block", 5.0, 1e-7, 1e-8),
+             ac.ActivationCode("int4-block", 4.5, 4e-6, 1e-6))
+    lines = ac.study_observations(ac.ActivationStudy(codes, (8, 96, 96), 60, 10, 0.108), 1)
+    assert "直接发的" not in lines[0] and "都印成 0.00000" in lines[0] and "字节却比 fp16 多" in lines[0]
+    codes = codes[:2] + (ac.ActivationCode("int4-block", 0.5156, 0.0123449, 0.0061),)
+    lines = ac.study_observations(ac.ActivationStudy(codes, (8, 96, 96), 60, 10, 0.108), 2)
+    assert lines[0].startswith("4 bit，每 2 个一块：发变化量的误差是直接发的 0.49 倍")       # 0.00610 / 0.01234
+    assert "int8，每 2 个一块：两种发法的误差都印成 0.00000" in lines[1]
 
 
 def test_block_quantization_scales_with_the_tensor():

@@ -76,8 +76,15 @@ def test_words_follow_the_numbers(quick_run):
     from lecture09.compress.compressed_dp import verdict
     said = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好", "unclear": "的影响在种子之间不一致"}
     assert _flat("各自裁剪（1-bit Adam 只能这样") in flat
-    assert _flat(f"{said[verdict([clip])]}（{code7._signed(clip)}）；再加上 1 bit 的压缩"
-                 f"{said[verdict([compress])]}（{code7._signed(compress)}）") in flat
+    # each difference is of the two rows' bits/char as printed (issue 43: a calculator agrees)
+    from lecture01.console import printed_difference
+    bpc = {k: table[k][1][0].bpc for k in d}
+    clip_text = code7._signed(printed_difference(bpc[("adamw-frozen-v", "none", False)],
+                                                 bpc[("adamw-frozen-v-avgclip", "none", False)]))
+    compress_text = code7._signed(printed_difference(bpc[("onebit-adam", "sign-l2", False)],
+                                                     bpc[("adamw-frozen-v", "none", False)]))
+    assert _flat(f"{said[verdict([clip])]}（{clip_text}）；再加上 1 bit 的压缩"
+                 f"{said[verdict([compress])]}（{compress_text}）") in flat
     costs = results["costs"]
     fastest = min(costs, key=lambda k: costs[k][1])
     assert _flat(f"“{table[fastest][0].label}”（{costs[fastest][1]:.2f}秒）") in flat

@@ -123,3 +123,42 @@ def test_status_line_in_a_log_is_one_line_per_update_and_throttled():
     status.show("c", force=True)
     status.clear()
     assert log.getvalue() == "a\nc\n"
+
+
+def test_printed_difference_is_the_difference_of_the_printed_numbers():
+    """Issue 43, item 5: a calculator on the printed numbers gives the printed difference."""
+    from lecture01.console import printed_difference, signed
+    # 2.85834 − 2.08266 = 0.77568 before rounding (prints 0.7757); printed: 2.8583 − 2.0827
+    assert f"{2.85834 - 2.08266:.4f}" == "0.7757"
+    assert f"{printed_difference(2.85834, 2.08266):.4f}" == "0.7756"
+    # code 06 at --topk-ratio 0.001: two rows both printed 4.2225 must get one Δ
+    assert f"{4.22246 - 2.54496:.4f}" == "1.6775" and f"{4.22254 - 2.54496:.4f}" == "1.6776"
+    assert printed_difference(4.22246, 2.54496) == printed_difference(4.22254, 2.54496) == 1.6775
+    assert signed(printed_difference(1.00006, 1.00007)) == "0.0000"         # both print 1.0001: no "-0.0000"
+    assert signed(printed_difference(0.1, 0.3)) == "-0.2000"
+    assert printed_difference(1.23456, 1.0, digits=2) == 0.23
+    for a, b in ((2.85834, 2.08266), (0.00005, 0.00004999), (123.45675, 0.00125), (-1.99995, 2.5)):
+        assert f"{printed_difference(a, b):.4f}" == f"{round(float(f'{a:.4f}') - float(f'{b:.4f}'), 4):.4f}"
+
+
+def test_printed_mean_delta_is_the_difference_of_the_printed_means():
+    from types import SimpleNamespace as R
+    from lecture09.compress.compressed_dp import printed_mean_delta
+    row = [R(bpc=2.8583, diverged=False), R(bpc=2.85838, diverged=False)]     # mean 2.85834: prints 2.8583
+    base = [R(bpc=2.08266, diverged=False), R(bpc=2.08266, diverged=False)]   # prints 2.0827
+    paired = sum(r.bpc - b.bpc for r, b in zip(row, base)) / 2
+    assert f"{paired:.4f}" == "0.7757"                                          # what the tables printed
+    assert f"{printed_mean_delta(row, base):.4f}" == "0.7756"
+    import math
+    assert math.isnan(printed_mean_delta(row, [R(bpc=math.nan, diverged=True), base[1]]))
+
+
+def test_eta_text_estimates_from_what_is_done():
+    from lecture01.console import eta_text
+    assert eta_text(0, 70, 0.5) == "0/70 步，0.5 秒"
+    assert eta_text(10, 70, 5.0) == "10/70 步，5.0 秒，还要约 30.0 秒 (ETA)"     # 0.5 s a step, 60 left
+    assert eta_text(70, 70, 35.0) == "70/70 步，35.0 秒"
+    # the first step carried 4 s of start-up: left out, 9 steps in 4.5 s give 0.5 s a step
+    assert eta_text(10, 70, 8.5, since_first_s=4.5) == "10/70 步，8.5 秒，还要约 30.0 秒 (ETA)"
+    assert eta_text(1, 70, 4.0, since_first_s=0.0) == "1/70 步，4.0 秒"
+    assert eta_text(3, 8, 2.0, unit="个") == "3/8 个，2.0 秒，还要约 3.3 秒 (ETA)"

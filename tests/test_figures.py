@@ -161,9 +161,9 @@ def test_a_bad_figures_path_is_one_line_and_status_2(script, tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and done.stdout == "", (script, done.stderr)
         assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
-        # the parser's own frame ("NN_script.py: error: argument --figures: ... (see --help)") is
-        # every flag's; the message this flag adds fits in 50 columns, path and all
-        message = done.stderr.split("argument --figures: ", 1)[1].split("（--help", 1)[0]
+        # the parser's own frame ("NN_script.py: error: --figures: ...（见 --help）", cli_args.
+        # refusal_line) is every flag's; the message this flag adds fits in 50 columns, path and all
+        message = done.stderr.split("--figures: ", 1)[1].split("（见 --help", 1)[0]
         assert display_width(message) <= 50, message
         assert "Traceback" not in done.stderr
 

@@ -156,7 +156,7 @@ def test_world_train_chars_has_an_upper_bound(capsys):
             world.parse_args(["--train-chars", text])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
-        assert "error: argument --train-chars" in err.strip().splitlines()[-1]
+        assert "error: --train-chars" in err.strip().splitlines()[-1]
         assert "Traceback" not in err
     assert world.parse_args(["--train-chars", str(world.MAX_TRAIN_CHARS)]).train_chars == world.MAX_TRAIN_CHARS
 

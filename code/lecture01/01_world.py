@@ -34,7 +34,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, run_main, int_at_least, int_in
-from lecture01.console import bar_chart, print_header, print_table, print_wrapped
+from lecture01.console import bar_chart, print_header, print_table, print_wrapped, utf8_output
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, WORLD_CONFIG, build_world
 
 WRAP_COLUMNS = 88            # sample sentences are wrapped to this width
@@ -256,6 +256,7 @@ def show_observations(world, counts):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args = parse_args(argv)
     world = build_world(args.seed, replace(WORLD_CONFIG, train_chars=args.train_chars))
     show_entities(world)

@@ -41,8 +41,8 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import (Parser, apply_quick, given_flags, run_main, add_precision_arguments, float_in, non_negative_int,
-                      positive_int, precision_from_args)
-from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap
+                      int_in, positive_int, precision_from_args)
+from lecture01.console import bar_chart, pad, print_header, print_table, print_wrapped, wrap, utf8_output
 from lecture01.fm_world import ALPHABET, PROBE_RELATIONS, build_world
 
 CACHE_DIR = HERE / "cache"
@@ -96,11 +96,17 @@ QUICK = {"steps": 40, "eval_every": 20, "probes": 20, "samples": 1}    # --quick
 QUICK_TEXT = "--steps 40 --eval-every 20 --probes 20 --samples 1"
 
 
+MAX_BATCH = 1024
+
+
 def parse_args(argv=None):
     d = BaseRunConfig          # the class: its plain defaults, without resolving the precision (torch)
     p = Parser(description="训练第 1 讲的 base model (train the lecture 1 base model)")
     p.add_argument("--steps", type=positive_int, default=d.steps, help="训练步数 training steps (default %(default)s)")
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="每步的序列数 sequences per step (default %(default)s)")
+    # bounded as lecture 9's code 02 bounds it: at 1024 the activations take a few hundred MB;
+    # 100,000,000 ran out of memory in a 22-line traceback (issue 43)
+    p.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=d.batch_size,
+                   help=f"每步的序列数 sequences per step, at most {MAX_BATCH} (default %(default)s)")
     p.add_argument("--lr", type=LEARNING_RATE, default=d.peak_lr,
                    help="峰值学习率 peak learning rate, in (0, 1] (default %(default)s)")
     p.add_argument("--eval-every", type=positive_int, default=d.eval_every,
@@ -340,6 +346,7 @@ def loss_chart_lines(history, n_bars=12):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     run, args = parse_args(argv)
     tiny_gpt.use_deterministic_threads()
     world = build_world(run.world_seed)

@@ -15,7 +15,7 @@ import math
 import os
 import shutil
 
-from lecture01.console import LINE_WIDTH, wrap
+from lecture01.console import LINE_WIDTH, display_width, wrap
 
 
 class DisplayWidthHelpFormatter(argparse.HelpFormatter):
@@ -75,8 +75,33 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        prog = os.path.basename(self.prog)
-        self.exit(2, f"{prog}: error: {message}（--help 查看全部参数 see --help）\n")
+        self.exit(2, refusal_line(os.path.basename(self.prog), message) + "\n")
+
+
+HINT = "（见 --help）"
+
+
+def refusal_line(prog, message, width=LINE_WIDTH):
+    """The one line a refused command line prints: the script, the flag, what was wrong, a
+    hint to --help; within `width` display columns (a Chinese character counts two), saying
+    less until it fits: argparse's "argument " and quotes go, then the script's name, then an
+    invalid choice's list of choices (--help has it). Never cut in the middle of a word; a
+    message that still does not fit is printed whole (the refusal sweep, tests/test_refusals.py,
+    finds it)."""
+    import re
+    message = re.sub(r"^argument ", "", message)
+    message = re.sub(r"argument (--[\w-]+)", r"\1", message)          # "not allowed with argument --serve"
+    choice = re.search(r"invalid choice: (.+?) \(choose from (.*)\)$", message)
+    short = message
+    if choice:
+        listed = ", ".join(c.strip("'") for c in choice.group(2).split(", "))
+        head = message[:choice.start()]
+        message = f"{head}无效的值 invalid choice {choice.group(1)}（可选 choose from {listed}）"
+        short = f"{head}无效的值 invalid choice {choice.group(1)}（可选的值见 --help）"
+    hint = "" if choice else HINT                  # the list of choices, or where to find it, is the hint
+    candidates = [f"{prog}: error: {message}{hint}", f"error: {message}{hint}",
+                  f"{prog}: error: {short}{hint}", f"error: {short}{hint}"]
+    return next((line for line in candidates if display_width(line) <= width), candidates[-1])
 
 
 def int_in(low=None, high=None):
@@ -103,8 +128,8 @@ def int_at_least(minimum):
 def float_in(low, high, low_open=False, high_open=False):
     """An argparse type: a finite float between low and high (open or closed ends;
     None for no bound)."""
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
+    left = "(" if low_open or low is None else "["       # no bound: inf itself is refused (not finite)
+    right = ")" if high_open or high is None else "]"
     described = f"in {left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
 
     def parse(text):

@@ -257,3 +257,63 @@ class StatusLine:
             self.stream.write("\r" + " " * self.shown + "\r")
             self.stream.flush()
             self.shown = 0
+
+
+def utf8_output():
+    """Make this process (and the Python processes it starts) write UTF-8 to stdout and stderr,
+    whatever the console's code page. Every script calls it first thing in main().
+
+    Windows gives a redirected stdout (`python script.py > out.txt`, `| more`) the ANSI code
+    page (cp1252 in Western Europe, cp936 in China), which cannot encode '✓' or '█' (cp1252
+    not even 汉字): the first such print would stop the script with UnicodeEncodeError. A
+    stream that already writes UTF-8 (Linux, macOS, a Windows console window) is left alone;
+    one that is not a real text file (a test's io.StringIO) has no reconfigure and is left
+    alone too. Child processes read PYTHONIOENCODING at start-up, so it is set for them.
+    """
+    import os
+    import sys
+
+    def is_utf8(name):
+        return (name or "").lower().replace("-", "").replace("_", "").startswith("utf8")
+
+    changed = False
+    for stream in (sys.stdout, sys.stderr):
+        if not is_utf8(getattr(stream, "encoding", None)) and hasattr(stream, "reconfigure"):
+            try:
+                stream.flush()
+                stream.reconfigure(encoding="utf-8")
+                changed = True
+            except (AttributeError, ValueError, OSError):    # detached or closed: nothing to do
+                pass
+    if changed or not is_utf8(os.environ.get("PYTHONIOENCODING", "utf-8")):
+        os.environ["PYTHONIOENCODING"] = "utf-8"
+
+
+def printed_difference(a, b, digits=4):
+    """a − b as a student computes it from the printed numbers: each rounded to `digits`
+    decimals as it is printed, then subtracted exactly (decimal arithmetic, no binary rounding).
+    A difference computed before rounding can disagree in the last digit with a calculator
+    (2.85834 − 2.08266 = 0.77568 prints 0.7757, but 2.8583 − 2.0827 = 0.7756): print this
+    one beside its operands. Returns a float that prints back to exactly those digits."""
+    from decimal import Decimal
+    return float(Decimal(f"{a:.{digits}f}") - Decimal(f"{b:.{digits}f}"))
+
+
+def signed(x, digits=4):
+    """x with its sign ("+0.0123", "-0.0040"), and "0.0000" for anything that rounds to zero
+    (never "-0.0000")."""
+    return f"{x:+.{digits}f}" if round(x, digits) != 0 else f"{0:.{digits}f}"
+
+
+def eta_text(done, total, elapsed_s, since_first_s=None, unit="步"):
+    """A progress line's numbers: "12/70 步，3.1 秒，还要约 14.9 秒 (ETA)": the rest is assumed
+    to go as fast as what is done. since_first_s: the time since the first unit ended; given,
+    the estimate leaves out the first unit, which carries the start-up (loading, the first
+    call's set-up) and would inflate it; then there is none before a second unit is done."""
+    text = f"{done}/{total} {unit}，{elapsed_s:.1f} 秒"
+    if since_first_s is not None:
+        if 1 < done < total:
+            text += f"，还要约 {since_first_s / (done - 1) * (total - done):.1f} 秒 (ETA)"
+    elif 0 < done < total:
+        text += f"，还要约 {elapsed_s / done * (total - done):.1f} 秒 (ETA)"
+    return text

@@ -48,7 +48,7 @@ from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
 from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in, positive_float
-from lecture01.console import print_header, print_table, print_wrapped
+from lecture01.console import print_header, print_table, print_wrapped, utf8_output
 
 
 # =============================================================================
@@ -333,12 +333,13 @@ def parse_args(argv=None):
     model = replace(model, n_bytes=args.n_bytes)
     bad = [q for q in model.world_sizes + (model.size_table_p,) if model.n_bytes % q]
     if bad:
-        p.error(f"--n-bytes {model.n_bytes} 不是 p = {bad[0]} 的倍数：公式假设每块一样大 "
-                f"(must be a multiple of every p: {', '.join(map(str, sorted(set(model.world_sizes + (model.size_table_p,)))))})")
+        p.error(f"--n-bytes {model.n_bytes} 要是每个 p 的倍数 (a multiple of every p: "
+                f"{', '.join(map(str, sorted(set(model.world_sizes + (model.size_table_p,)))))})")
     return args, model, real
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, model, real = parse_args(argv)
     import torch                         # after parsing: --help and bad flags do not wait for torch
     torch.set_num_threads(1)

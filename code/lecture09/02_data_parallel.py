@@ -45,7 +45,7 @@ except ModuleNotFoundError:
 
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in, positive_float
-from lecture01.console import display_width, pad, print_header, print_table, print_wrapped
+from lecture01.console import display_width, pad, print_header, print_table, print_wrapped, utf8_output
 from lecture09.parallel.data_parallel_report import (  # noqa: F401  (the tests reach the sentences here)
     difference_sentence, loss_sentence, observations, signed)
 
@@ -325,7 +325,7 @@ def parse_args(argv=None):
                    help="演示 3 把 rank 0 的 Chrome trace 写到这里（Perfetto / chrome://tracing 能打开）write the trace")
     args = p.parse_args(argv)
     if args.trace and not os.access(os.path.dirname(os.path.abspath(args.trace)), os.W_OK):
-        p.error(f"--trace {args.trace}：目录不存在或不能写 (cannot write there)")
+        p.error("--trace：文件所在的目录不存在或不能写 (its folder is missing or not writable)")
     if args.batch_size % args.world_size:
         p.error(f"--world-size {args.world_size} 不能整除 --batch-size {args.batch_size} "
                 f"(the world size must divide the batch)")
@@ -341,6 +341,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, setup = parse_args(argv)
     from lecture01 import tiny_gpt                      # imports torch: after parsing, so --help and bad flags are fast
     tiny_gpt.use_deterministic_threads()

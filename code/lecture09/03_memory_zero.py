@@ -49,7 +49,7 @@ from lecture09.parallel.fsdp_report import demo6_observations, run_demo6
 from lecture09.parallel.zero_report import (MAX_RANKS, count_tiny_gpt,  # noqa: F401  (count_tiny_gpt: the tests')
                                            demo4_observations, run_demo3, run_demo4)
 from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_float, positive_int
-from lecture01.console import print_header, print_table, print_wrapped
+from lecture01.console import print_header, print_table, print_wrapped, utf8_output
 
 
 # =============================================================================
@@ -368,6 +368,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, memory, real, ckpt = parse_args(argv)
     started = time.perf_counter()
     results = {}

@@ -66,6 +66,7 @@ from lecture09.parallel.expert_parallel_report import demo6_observations, run_de
 from lecture09.parallel.context_parallel import CPCase
 from lecture09.parallel.context_parallel_report import demo7_observations, run_demo7
 from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, float_in, int_in, non_negative_int, positive_int
+from lecture01.console import utf8_output
 
 
 # =============================================================================
@@ -256,6 +257,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, schedule, real, plan, beyond, expert, context = parse_args(argv)
     started = time.perf_counter()
     results = {}

@@ -64,6 +64,7 @@ from lecture09.schedule import demo3_flags
 from lecture09.schedule.schedule_setup import ScheduleSetup
 from lecture01.cli_args import (Parser, add_figures_flag, given_flags, run_main, float_in, int_in, non_negative_int, positive_float,
                       positive_int, precision_from_args, ratio)
+from lecture01.console import utf8_output
 
 # compressed_dp and tiny_gpt import torch (about 1.5 s), so they are imported on first use,
 # after the flags are parsed: --help and a flag error answer at once. _heavy() binds these
@@ -224,8 +225,7 @@ def parse_args(argv=None):
         p.error(f"--global-batch 不能小于副本数 {schedule.n_replicas} "
                 f"(must be at least the {schedule.n_replicas} replicas)")
     if 0 < schedule.second_batch < schedule.n_replicas:
-        p.error(f"--second-batch 不能小于副本数 {schedule.n_replicas}，或者用 0 表示不算 "
-                f"(must be 0 or at least the {schedule.n_replicas} replicas)")
+        p.error(f"--second-batch 要么是 0（不算），要么不小于副本数 (0, or >= the {schedule.n_replicas} replicas)")
     for batch, flag in ((schedule.global_batch, "--global-batch"), (schedule.second_batch, "--second-batch")):
         if batch and batch // schedule.n_replicas < schedule.n_micro_batches:
             p.error(f"--micro-batches {schedule.n_micro_batches} 大于 {flag} 给每个副本的序列数 "
@@ -291,6 +291,7 @@ def unused_flags_note(args, given, demo1_dests, demo2_dests, network_dests=froze
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, schedule, compression = parse_args(argv)
     started = time.perf_counter()
     results = {}

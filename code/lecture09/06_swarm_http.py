@@ -74,7 +74,7 @@ except ModuleNotFoundError:
 
 from lecture01.cli_args import (Parser, add_figures_flag, apply_quick, given_flags,   # noqa: E402
     run_main, int_in, non_negative_int, positive_float, positive_int, ratio)
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
                                          non_negative_float, read_token_file, server_url, token, wire_mode)
 from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
@@ -260,8 +260,8 @@ ROLE_FLAGS = {
     "worker": {"worker", "token", "worker_id", "compression", "topk_ratio", "batch_size", "data_seed",
                "retry_budget_s", "attack"},
 }
-ROLE_NAMES = {"default": "默认运行 the default run (no --serve / --worker)", "serve": "--serve",
-              "worker": "--worker"}
+ROLE_NAMES = {"default": "默认运行", "serve": " --serve ",
+              "worker": " --worker "}
 
 
 def build_parser():
@@ -382,27 +382,27 @@ def parse_args(argv=None):
             print(f"注意 note: --aggregator {args.aggregator} 要至少 {need} 个工作者，--quick 用 {need} 个 "
                   f"(--quick uses {need} workers)", file=sys.stderr)
     if args.min_workers > args.workers and role in ("default", "serve"):
-        parser.error(f"--min-workers {args.min_workers} 大于 --workers {args.workers}：一轮永远凑不齐 "
-                     "(a round could never reach its quorum)")
+        parser.error(f"--min-workers {args.min_workers} 大于 --workers {args.workers}：一轮凑不齐 (no quorum)")
     if role in ("default", "serve") and args.aggregator != "mean":
         if args.update != "sync":
-            parser.error(f"--aggregator {args.aggregator} 要 --update sync：async 每步只有一份上传，无从比较 "
-                         "(robust aggregation needs a round)")
+            parser.error(f"--aggregator {args.aggregator} 要 --update sync：async 每步只有一份上传 (needs a round)")
         if need > args.workers:
-            parser.error(f"--aggregator {args.aggregator} --byzantine {args.byzantine} 要至少 "
-                         f"{need} 个工作者，--workers 是 {args.workers} "
-                         "(f < n/2; trimmed-mean n > 2f; krum n > 2f + 2)")
+            parser.error(f"--aggregator {args.aggregator} --byzantine {args.byzantine} 要至少 {need} 个工作者 "
+                         f"(needs --workers >= {need})")
+    if args.resume and not os.path.exists(args.resume):      # before torch: a typo answers at once
+        parser.error("--resume：没有这个文件或文件夹 (no such checkpoint file or folder)")
     if args.token_file:
         if args.token:
             parser.error("--token-file 和 --token 只能给一个 (per-worker tokens replace the shared one)")
         try:
             args.worker_tokens = read_token_file(args.token_file)
-        except (OSError, ValueError) as error:
-            parser.error(f"--token-file: {error}")
+        except (OSError, ValueError) as error:     # OSError: strerror alone, its path can fill a line
+            parser.error(f"--token-file: {getattr(error, 'strerror', None) or error}")
     return args
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args = parse_args(argv)
     if args.serve:
         return run_serve(args)

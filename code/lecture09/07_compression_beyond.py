@@ -34,7 +34,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, add_figures_flag, apply_quick, given_flags, float_in, int_in, positive_int, precision_from_args, run_main  # noqa: E402
-from lecture01.console import pad, print_header, print_wrapped  # noqa: E402
+from lecture01.console import pad, print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
 # Flag defaults, written out so that --help needs no torch (tests check they agree with
@@ -141,8 +141,9 @@ def print_table_c(settings, rows, results_iter, started, out=print_wrapped):
         elif len(finite) < len(deltas):
             delta_text = "—"
         else:
-            d = cdp.Spread.of(finite)
-            delta_text = _signed(d.mean) + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）")
+            d = cdp.Spread.of(finite)          # the mean from the two printed means: a calculator agrees
+            delta_text = (_signed(cdp.printed_mean_delta(results, base))
+                          + ("" if n_seeds == 1 else f"（{_signed(d.low)}..{_signed(d.high)}）"))
         zeros = (f"{sum(r.zeroed_fraction for r in results) / n_seeds:.1%}"
                  if row.run.scheme in cdp.ZERO_COUNTED and row.run.optimizer == "adamw" else "")
         ratio_cell = pad(f"{bpe / 4:.4f}", widths[2], ">") if widths[2] else ""
@@ -244,7 +245,8 @@ def chart_rows(rows):
 
 def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
     """Console chart of several curves: {label: [y per step]} -> lines. Each curve gets a
-    letter (* where two meet); a column shows the mean of its steps; lower is lower."""
+    letter (* where two meet); a column shows the mean of its steps; lower is lower. A curve
+    that meets another in every column shows no letter: its legend line says so."""
     finite = [y for ys in series.values() for y in ys if math.isfinite(y)]
     if not finite:
         return ["（没有可画的点 nothing to plot）"]
@@ -263,7 +265,9 @@ def curve_lines(series, width=CHART_WIDTH, height=CHART_HEIGHT):
     lines = [f"{high - (high - low) * i / (height - 1):6.2f} |" + "".join(r) for i, r in enumerate(grid)]
     lines.append(" " * 7 + "+" + "-" * width)
     lines.append(" " * 8 + "第 1 步" + " " * (width - 14) + f"第 {max(len(v) for v in series.values())} 步")
-    lines += [f"  {mark} = {label}" for mark, label in zip(MARKS, series)]
+    visible = {ch for row in grid for ch in row}
+    lines += [f"  {mark} = {label}" + ("（每一格都和别的曲线重合，只画成 * all under *）" if mark not in visible else "")
+              for mark, label in zip(MARKS, series)]
     lines.append("  * = 两条以上的曲线落在同一格 two or more curves in one cell")
     return lines
 
@@ -279,10 +283,12 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
     words = {"same": "和每步 AdamW 差不多", "worse": "比每步 AdamW 差", "better": "比每步 AdamW 好",
              "unclear": "好坏说不清（种子之间不一致）"}
 
+    base = next(iter(table.values()))[1]          # the first row: every Δ's baseline
+
     def d(key):
         deltas = table[key][2]
         finite = [x for x in deltas if math.isfinite(x)]
-        text = _signed(sum(finite) / len(finite)) if len(finite) == len(deltas) else "—"
+        text = _signed(cdp.printed_mean_delta(table[key][1], base)) if len(finite) == len(deltas) else "—"
         return f"{words[cdp.verdict(deltas)]}（Δ {text}）"
 
     def zeros(key):
@@ -304,7 +310,8 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
         diff = [x - y for x, y in zip(table[a][2], table[b][2])]
         words = {"same": "几乎没有改变结果", "worse": "让结果变差", "better": "让结果变好",
                  "unclear": "的影响在种子之间不一致"}[cdp.verdict(diff)]
-        return words, _signed(sum(diff) / len(diff)) if all(map(math.isfinite, diff)) else "—"
+        return words, (_signed(cdp.printed_mean_delta(table[a][1], table[b][1])) if all(map(math.isfinite, diff))
+                       else "—")
 
     compress_words, compress_text = part(onebit, frozen)
     clip_words, clip_text = part(frozen, avgclip)
@@ -365,6 +372,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     settings = parse_args(argv)
     from lecture09.compress import compressed_dp as cdp
     from lecture01 import tiny_gpt

@@ -36,7 +36,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, apply_quick, given_flags, int_in, float_in, precision_from_args, run_main  # noqa: E402
-from lecture01.console import LINE_WIDTH, pad, print_header, print_wrapped  # noqa: E402
+from lecture01.console import LINE_WIDTH, pad, print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import training_flags  # noqa: E402
 
 SGD_LR = 0.3          # swarm.influence.SGD_LR: the control row's plain SGD (tests check they agree)
@@ -93,11 +93,18 @@ def round_aggregators(settings):
     return tuple(names), skipped
 
 
-def print_round(study, control, dense, out=print_wrapped):
+def changed_settings(train):
+    """--bucket, --cc-tau off their defaults (they change results; the titles name --worker-momentum)."""
+    said = ([f"分桶 bucketing s = {train.bucket}（--bucket）"] if train and train.bucket > 1 else []) \
+        + ([f"centered-clip τ = {train.cc_tau:g}（--cc-tau）"] if train and train.cc_tau != DEFAULTS["cc_tau"] else [])
+    return "设置 settings：" + "，".join(said) + "。" if said else ""
+
+
+def print_round(study, control, dense, out=print_wrapped, train=None):
     attacks = [a for a in dict.fromkeys(c.attack for c in study.cells)]
     print_header(f"表 (1)：一轮里说谎者把这一步推动多少（{study.n_workers} 个工作者，{study.liars} 个说谎，"
                  f"发 {study.scheme}，AdamW）")
-    out(f"单位 = 一个诚实工作者在平均里的分量 |Δw(n 个的平均) − Δw(前 n−1 个的平均)| = {study.unit:.4g}"
+    out(changed_settings(train) + f"单位 = 一个诚实工作者在平均里的分量 |Δw(n 个的平均) − Δw(前 n−1 个的平均)| = {study.unit:.4g}"
         f"（整轮 |Δw| = {study.honest_step:.4g}）。每份上传先裁剪到 n × clip_norm，和代码 6 一样。"
         "“保留”= 没人说谎时这个聚合器的一步和平均那一步的余弦；“非零”= 聚合出的梯度里不为 0 的分量。")
     widths = (14, 6, 7) + (11,) * len(attacks)
@@ -218,7 +225,7 @@ def print_training(title, settings, runs, results_iter, out=print_wrapped):
     aggregator_names = list(dict.fromkeys(r.aggregator for r in runs))
     attack_names = list(dict.fromkeys(r.attack for r in runs))
     print_header(title)
-    out("格子里是 Δ = bits/字符 − 同种子的诚实平均（mean/none），正数 = 变差"
+    out(changed_settings(settings.train) + "格子里是 Δ = bits/字符 − 同种子的诚实平均（mean/none），正数 = 变差"
         + ("" if n_seeds == 1 else f"；{n_seeds} 组种子的范围 low..high")
         + f"。|Δ| ≤ {cdp.DELTA_TOLERANCE_BPC:g} 算差不多。")
     cell_width = 8 if n_seeds == 1 else 13
@@ -344,14 +351,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         apply_quick(args, QUICK, given_flags(p, argv))
-    from lecture09.robust import aggregators
+    from lecture09.robust import aggregator_rules as aggregators    # no torch: a refusal answers at once
     if 2 * args.liars >= args.workers:
-        p.error(f"--liars {args.liars} 要少于工作者的一半 (f < n/2: {args.workers} workers)")
+        p.error(f"--liars {args.liars} 要少于工作者的一半 (f < n/2, n = --workers {args.workers})")
     for name in dict.fromkeys(list(args.aggregators) + list(args.compressed_aggregators) + ["mean", "median"]):
         try:
             aggregators.check_settings(name, args.workers, args.liars, args.bucket)
         except aggregators.AggregatorError as error:
-            p.error(f"{error} (--workers {args.workers} --liars {args.liars})")
+            p.error(f"{error} (--workers {args.workers}, --liars {args.liars})".replace(" (Blanchard et al.)", ""))
     from lecture09.compress.compressed_dp import Seeds, TrainSetup
     train = replace(TrainSetup(n_workers=args.workers).with_steps(args.steps), bucket=args.bucket,
                     cc_tau=args.cc_tau, worker_momentum=args.worker_momentum, precision=precision_from_args(args))
@@ -364,6 +371,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     settings = parse_args(argv)
     from lecture09.compress import compressed_dp as cdp
     from lecture09.swarm.influence import measure_round
@@ -386,7 +394,7 @@ def main(argv=None):
                                 optimizer="sgd")
         dense = measure_round(t, scheme="none", warm_steps=settings.warm_steps, liars=settings.liars,
                               aggregator_names=names, seeds=settings.seeds)
-        print_round(study, control, dense)
+        print_round(study, control, dense, train=t)
         for name, why in skipped:
             print_wrapped(f"（表里没有 {name}：{why}）")
         print("\n观察 Observations（表 (1)）：")

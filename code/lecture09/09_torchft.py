@@ -35,7 +35,7 @@ except ModuleNotFoundError:
     import _course_path  # noqa: F401  a clone without that install (see that file)
 
 from lecture01.cli_args import Parser, add_figures_flag, apply_quick, float_in, given_flags, int_in, run_main  # noqa: E402
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 
 MODES = ("ddp", "diloco", "streaming")          # engines.torchft_replica.MODES (a test checks)
 DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_steps=10, fragments=2,
@@ -44,8 +44,7 @@ DEFAULTS = dict(modes=MODES, replicas=3, ddp_steps=100, outer_steps=12, inner_st
 QUICK = dict(ddp_steps=60, outer_steps=6, inner_steps=4)
 SIM_TOLERANCE = 1e-5      # measured here: 1.6e-7 (losses), 1.4e-8 (bpc); the same arithmetic in a
 #                           different order, so anything near 1e-3 would be a real difference
-UNAVAILABLE = ("torchft 只有 Linux 的 wheel，这台机器上跑不了代码 9；请在 Linux 或 WSL 里运行 "
-               "(torchft ships Linux wheels only: use Linux or WSL)")
+UNAVAILABLE = "torchft 只有 Linux 的 wheel，代码 9 请在 Linux 或 WSL 里运行 (torchft ships Linux wheels only)"
 
 
 def build_parser():
@@ -160,6 +159,7 @@ def sim_check(args):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:

@@ -75,7 +75,7 @@ except ModuleNotFoundError:
 
 from lecture01.cli_args import (Parser, add_figures_flag, apply_quick, given_flags, float_in, int_in, non_negative_int,  # noqa: E402
                                 precision_from_args, run_main)
-from lecture01.console import print_header, print_wrapped  # noqa: E402
+from lecture01.console import StatusLine, eta_text, print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.compress import aq_report, training_flags  # noqa: E402
 from lecture09.schedule.geo_network import PRESETS  # noqa: E402
 from lecture09.schedule.schedule_setup import ScheduleSetup  # noqa: E402
@@ -189,15 +189,24 @@ def demo1(args, setup):
     from lecture09.schedule.schedule_setup import build_networks
 
     print_header("演示 1：压缩流水线的激活（AQ-SGD）——演示 1 的最优分配会变吗？")
-    print(f"训练小 GPT {args.warm_steps + args.gap_steps} 步……", file=sys.stderr, flush=True)
+    status, started, first = StatusLine(), time.perf_counter(), []    # progress with an estimate, on stderr
+
+    def on_step(done, total):
+        now = time.perf_counter()
+        first[:] = first or [now]
+        status.show("训练小 GPT training: " + eta_text(done, total, now - started, now - first[0]), force=done == 1)
+
     study = activation_codes.study(MODEL_CONFIG, TrainConfig(), model_seed=args.model_seed, data_seed=args.data_seed,
-                                   warm_steps=args.warm_steps, gap_steps=args.gap_steps, block_size=args.block_size)
+                                   warm_steps=args.warm_steps, gap_steps=args.gap_steps, block_size=args.block_size,
+                                   on_step=on_step)
+    status.clear()
     activation_codes.print_study(study, args.block_size, print_wrapped)
     print()
     geo, _ = build_networks(setup)
     batches = [setup.global_batch] + ([setup.second_batch] if setup.second_batch else [])
     encodings = {activation_codes.label(c.scheme, args.block_size): c.bytes_per_value for c in study.codes}
-    rows = activation_pricing.price_encodings(setup, geo, encodings, batches)
+    rows = activation_pricing.price_encodings(setup, geo, encodings, batches, step=status.show)
+    status.clear()
     activation_pricing.print_pricing(setup, rows, print_wrapped)
     observations = (activation_codes.study_observations(study, args.block_size)
                     + activation_pricing.pricing_observations(setup, rows))
@@ -344,6 +353,7 @@ def demo7(args, train, rows, results_iter):
 
 
 def main(argv=None):
+    utf8_output()                        # UTF-8 through any console or redirect (Windows: cp1252)
     args, setup = parse_args(argv)
     started = time.perf_counter()
     results, pool = {}, None

@@ -52,9 +52,10 @@ def encode_both_ways(a_then, a_now, scheme_name, opts):
 
 
 def study(model_config, recipe, world_seed=0, model_seed=0, data_seed=1, batch_size=8, warm_steps=20,
-          gap_steps=5, block_size=256):
+          gap_steps=5, block_size=256, on_step=None):
     """Train the tiny GPT warm_steps + gap_steps steps (fp32, lecture 1's AdamW recipe) and
-    encode its last block's output on one held batch at both moments; an ActivationStudy."""
+    encode its last block's output on one held batch at both moments; an ActivationStudy.
+    on_step(done, total): called after each training step (the script's progress line)."""
     from lecture01 import tiny_gpt
     from lecture09.compress.training import world_tokens
 
@@ -88,6 +89,8 @@ def study(model_config, recipe, world_seed=0, model_seed=0, data_seed=1, batch_s
         optimizer.step()
         if step + 1 == warm_steps:
             a_then = activation()
+        if on_step is not None:
+            on_step(step + 1, total)
     a_now = activation()
     hook.remove()
     opts = Options(block_size=block_size)
@@ -124,13 +127,23 @@ def study_observations(result, block_size):
     """What table (a) shows, from its numbers: for each compressed encoding, the delta's
     error against the direct one beside how far the activation moved; then what the delta
     needs (AQ-SGD's setting)."""
-    compressed = [c for c in result.codes if c.scheme != "fp16" and c.direct_error > 0]
+    def shown(x):
+        return float(f"{x:.5f}")                  # as table (a) prints it: ratios of what the student sees
+
+    others = [c for c in result.codes if c.scheme != "fp16"]
+    compressed = [c for c in others if shown(c.direct_error) > 0]
+    exact = [c for c in others if shown(c.direct_error) == 0]
     lines = []
     if compressed:
         lines.append("、".join(label(c.scheme, block_size) for c in compressed) + "：发变化量的误差是直接发的 "
-                     + "、".join(f"{c.delta_error / c.direct_error:.2f}" for c in compressed)
+                     + "、".join(f"{shown(c.delta_error) / shown(c.direct_error):.2f}" for c in compressed)
                      + f" 倍；这 {result.gap_steps} 步里激活本身变了 {result.change:.1%}。按块最大值缩放的量化，"
                      "张量缩小 c 倍，误差也缩小 c 倍（Q(c·x) = c·Q(x)，c > 0）：发变化量，误差看的是变化量有多大")
+    if exact:
+        lines.append("、".join(label(c.scheme, block_size) for c in exact) + "：两种发法的误差都印成 0.00000"
+                     "（小于 0.000005），比不出倍数" + (f"：每 {block_size} 个值一个缩放因子，量化几乎不丢东西"
+                                                        if block_size <= 2 else "")
+                     + ("，字节却比 fp16 多（见「字节/值」列）" if all(c.bytes_per_value > 2 for c in exact) else ""))
     lines.append("发变化量要两端都存着每个序列上次的激活，而且同一个序列要再被见到：AQ-SGD 的设置是多个 epoch "
                  "的微调 fine-tuning。预训练里每个序列只见一次，只能直接发，误差是上表「直接发」那一列")
     return lines

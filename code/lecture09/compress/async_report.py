@@ -79,7 +79,7 @@ def print_table_l(setup, table, h, slowest, n_seeds, out):
         bpcs = [r.bpc for r in results if math.isfinite(r.bpc)]
         base = row.run.optimizer == "adamw"
         rows.append((label, f"{results[0].bytes_per_element:.4f}/{peak_bytes(row, results[0]):g}",
-                     f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散", "—" if base else delta_cell(deltas, n_seeds),
+                     f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散", "—" if base else delta_cell(deltas, n_seeds, results, next(iter(table.values()))[1]),
                      _stale_cell(results) if row.twin is not None else "0", f"{row_time(row, results, t.steps, slowest):g}"))
     print_table(["做法", "字节", "bits/字符", "Δ", "陈旧", "时间"], rows)
 
@@ -108,7 +108,7 @@ def _compare(table, a, b, tolerance, what):
     if not all(math.isfinite(x) for x in d):
         return f"「{a}」比「{b}」：有一行发散了（或它的对照发散了），没有配对差", d
     spread = "" if n == 1 else f"，各种子 {_signed(min(d))}..{_signed(max(d))}"
-    return (f"「{a}」比「{b}」：{_signed(sum(d) / n)}{spread}（{WORDS[cdp.verdict(d, tolerance)]}）。{what}", d)
+    return (f"「{a}」比「{b}」：{_signed(cdp.printed_mean_delta(table[a][1], table[b][1]))}{spread}（{WORDS[cdp.verdict(d, tolerance)]}）。{what}", d)
 
 
 def table_l_observations(table, steps, slowest, outer_lr, outer_momentum, tolerance=cdp.DELTA_TOLERANCE_BPC):

@@ -138,6 +138,19 @@ def paired_deltas(results, baselines):
     return deltas
 
 
+def printed_mean_delta(results, baselines, digits=4):
+    """The mean paired Δ a table prints beside the two rows' mean bits per char. The mean over
+    seeds of (row − baseline) is mean(row) − mean(baseline), so it is computed from those two
+    means as printed (lecture01.console.printed_difference): a calculator on the printed
+    numbers gives the same last digit. nan when a seed diverged on either side (the means then
+    stand on different seeds, and no Δ is printed)."""
+    from lecture01.console import printed_difference
+    if any(r.diverged for r in results) or any(b.diverged for b in baselines):
+        return math.nan
+    return printed_difference(statistics.fmean(r.bpc for r in results),
+                              statistics.fmean(b.bpc for b in baselines), digits)
+
+
 @dataclass(frozen=True)
 class Spread:
     """Mean and range of a figure over seeds (finite values only)."""

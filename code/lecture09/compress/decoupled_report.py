@@ -111,11 +111,14 @@ def _signed(x):
     return f"{x:+.4f}" if round(x, 4) != 0 else "0.0000"
 
 
-def delta_cell(deltas, n_seeds):
+def delta_cell(deltas, n_seeds, results=None, base=None):
+    """The Δ cell: the mean, and the per-seed range with several seeds. Given the row's and its
+    baseline's results, the mean comes from the two mean bits/char as printed
+    (compressed_dp.printed_mean_delta), so a calculator on the table agrees with it."""
     finite = [d for d in deltas if math.isfinite(d)]
     if len(finite) < len(deltas):
         return "发散"
-    mean = sum(finite) / len(finite)
+    mean = sum(finite) / len(finite) if results is None else cdp.printed_mean_delta(results, base)
     return _signed(mean) + ("" if n_seeds == 1 else f"（{_signed(min(finite))}..{_signed(max(finite))}）")
 
 
@@ -128,13 +131,13 @@ def print_table_e(setup, table, n_seeds, out):
         "AdamW 的稠密向量做环形 all-reduce，2(W−1)/W × 4；稀疏的 (下标, 值) 各工作者不同，"
         f"只能 all-gather，(W−1) × 发出。Δ = 这一行 − 同样种子的 AdamW（配对差，{n_seeds} 组种子）：")
     rows = []
-    first = next(iter(table.values()))[0]
+    first, first_results, _ = next(iter(table.values()))
     for label, (row, results, deltas) in table.items():
         bpcs = [r.bpc for r in results if math.isfinite(r.bpc)]
         sent = results[0].bytes_per_element
         rows.append((label, f"{sent:.4f}", f"{received(sent, row.gathered, t.n_workers):.4f}",
                      f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散",
-                     "—" if row is first else delta_cell(deltas, n_seeds)))
+                     "—" if row is first else delta_cell(deltas, n_seeds, results, first_results)))
     print_table(["做法", "发出 字节/参数", "收到", "bits/字符", "Δ"], rows)
 
 

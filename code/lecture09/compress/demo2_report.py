@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from lecture01 import tiny_gpt
-from lecture01.console import pad, print_header, print_wrapped
+from lecture01.console import pad, print_header, print_wrapped, printed_difference
 from lecture09.compress import compressed_dp
 from lecture09.compress.compressed_dp import Run, Spread
 
@@ -58,14 +58,15 @@ def _bpc_cell(spread, n_seeds):
     return text + (f" {diverged}/{spread.n_total} 发散" if diverged else "")
 
 
-def _delta_cell(deltas, n_seeds):
+def _delta_cell(deltas, n_seeds, mean):
+    """mean: the Δ from the two printed means (a calculator agrees); the range, per seed."""
     finite = [d for d in deltas if math.isfinite(d)]
-    if len(finite) < len(deltas):
+    if len(finite) < len(deltas) or not math.isfinite(mean):
         return "—"
     if n_seeds == 1:
-        return _signed(finite[0])
+        return _signed(mean)
     d = Spread.of(finite)
-    return f"{_signed(d.mean)}（{_signed(d.low)}..{_signed(d.high)}）"
+    return f"{_signed(mean)}（{_signed(d.low)}..{_signed(d.high)}）"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class RowSummary:
     results: tuple          # RunResult per seed
     deltas: tuple           # paired Δ per seed against the same optimizer's uncompressed run
     bpc: "Spread"
+    delta: float = math.nan  # the mean Δ as printed: from the two printed means (compressed_dp.printed_mean_delta)
 
     @property
     def verdict(self):
@@ -109,13 +111,14 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
             baseline = summaries.get(run.baseline_key)
             base_results = results if baseline is None else baseline.results
             deltas = tuple(compressed_dp.paired_deltas(results, base_results))
-            row = RowSummary(run, results, deltas, Spread.of(r.bpc for r in results))
+            row = RowSummary(run, results, deltas, Spread.of(r.bpc for r in results),
+                             compressed_dp.printed_mean_delta(results, base_results))
             summaries[run.key] = row
             bytes_per_element = results[0].bytes_per_element
             out(pad(run.label, widths[0]) + pad(f"{bytes_per_element:.3f}", widths[1], ">")
                 + pad(f"{bytes_per_element / 4:.4f}", widths[2], ">")
                 + pad(_bpc_cell(row.bpc, n_seeds), widths[3], ">")
-                + pad("—" if baseline is None else _delta_cell(deltas, n_seeds), widths[4], ">"))
+                + pad("—" if baseline is None else _delta_cell(deltas, n_seeds, row.delta), widths[4], ">"))
             sys.stdout.flush()
     return summaries
 
@@ -146,7 +149,7 @@ def demo2_observations(setup, rows, out=print_wrapped):
         return "发散（loss 变成 NaN）" if r.bpc.n == 0 else f"{r.bpc.mean:.4f}"
 
     def delta(r):
-        return "—" if not all(math.isfinite(d) for d in r.deltas) else _signed(statistics.fmean(r.deltas))
+        return "—" if not all(math.isfinite(d) for d in r.deltas) else _signed(r.delta)
 
     def gains(without, with_ef):
         """Per seed, how much error feedback lowers bits per char (positive = it helps);
@@ -159,12 +162,13 @@ def demo2_observations(setup, rows, out=print_wrapped):
                 out_gains.append(a.bpc - b.bpc)
         return out_gains
 
-    def gain_words(g):
+    def gain_words(without, with_ef):
+        g = gains(without, with_ef)
         v = compressed_dp.verdict([-x for x in g])     # verdict calls a positive difference "worse"
         words = {"better": "有帮助", "worse": "反而有害", "same": "几乎没有影响", "unclear": "说不清有没有帮助"}[v]
         if any(math.isinf(x) for x in g):
             return words + ("（没有它就发散）" if all(x > 0 for x in g) else "（有一边发散）")
-        mean = statistics.fmean(g)
+        mean = printed_difference(without.bpc.mean, with_ef.bpc.mean)   # from the two printed bits/char
         spread = "" if len(g) == 1 else f"，各种子 {_signed(min(g))}..{_signed(max(g))}"
         return f"{words}（{'好了' if mean >= 0 else '差了'} {abs(mean):.4f}{spread}）"
 
@@ -198,10 +202,10 @@ def demo2_observations(setup, rows, out=print_wrapped):
                   "same": "误差反馈对两种优化器的作用差不多", "unclear": "说不清误差反馈对哪种优化器帮助更大"}[more]
     diverged_note = ("没有误差反馈的 SGD 这次发散了，" if topk_sgd.bpc.n == 0 else
                      ("没有误差反馈的 SGD 在部分种子上发散了，" if topk_sgd.bpc.n < topk_sgd.bpc.n_total else ""))
-    out(f"    误差反馈：对 AdamW {gain_words(gain_adam)}，对 SGD {gain_words(gain_sgd)}。"
+    out(f"    误差反馈：对 AdamW {gain_words(topk, topk_ef)}，对 SGD {gain_words(topk_sgd, topk_sgd_ef)}。"
         f"{diverged_note}{comparison}{every}。")
     out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
-        f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(gains(sign, sign_ef))}。")
+        f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(sign, sign_ef)}。")
     out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
         f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，"
         "不再是'晚一点发出去'那么简单。")

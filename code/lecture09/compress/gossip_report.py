@@ -85,8 +85,9 @@ def print_table_i(setup, table, h, n_seeds, out):
         base = row.run.optimizer == "adamw"
         own = row.run.optimizer == "gossip"
         rows.append((label, f"{results[0].bytes_per_element:.4f}", f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散",
-                     "—" if base else delta_cell(deltas, n_seeds),
-                     delta_cell(_pair(table, label, control), 1) if own and label != control else "—",
+                     "—" if base else delta_cell(deltas, n_seeds, results, next(iter(table.values()))[1]),
+                     delta_cell(_pair(table, label, control), 1, results, table[control][1])
+                     if own and label != control else "—",
                      _spread_cell(results, 0) if own else "—", _spread_cell(results, 1) if own else "—"))
     print_table(["做法", "字节", "bits/字符", "Δ", "比对照", "散布 前", "散布 后"], rows)
 

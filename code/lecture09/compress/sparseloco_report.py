@@ -77,9 +77,9 @@ def print_table_g(setup, table, h, chunk, n_seeds, out):
         bpcs = [r.bpc for r in results if math.isfinite(r.bpc)]
         mean = results[0].bytes_per_element
         base = row.run.optimizer == "adamw"
-        pair = "—" if label == int8 or base else delta_cell(_pair(table, label, int8), 1)
+        pair = "—" if label == int8 or base else delta_cell(_pair(table, label, int8), 1, results, table[int8][1])
         rows.append((label, f"{mean:.4f}", f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散",
-                     "—" if base else delta_cell(deltas, n_seeds), pair))
+                     "—" if base else delta_cell(deltas, n_seeds, results, next(iter(table.values()))[1]), pair))
     print_table(["做法", "平均 字节/参数", "bits/字符", "Δ", "比 int8"], rows)
 
 

@@ -6,7 +6,7 @@ and the peak bytes each sends, and Δ bits per character against AdamW (lecture 
 import math
 from dataclasses import dataclass
 
-from lecture01.console import print_table
+from lecture01.console import print_table, printed_difference
 from lecture09.compress import compressed_dp as cdp
 
 
@@ -78,7 +78,8 @@ def print_table_c(setup, table, n_seeds, out):
         elif len(finite) < len(deltas):
             delta = "发散"
         else:
-            delta = _signed(sum(finite) / len(finite)) + ("" if n_seeds == 1 else
+            base_results = next(iter(table.values()))[1]       # Δ from the two printed means
+            delta = _signed(cdp.printed_mean_delta(results, base_results)) + ("" if n_seeds == 1 else
                                                           f"（{_signed(min(finite))}..{_signed(max(finite))}）")
         rows.append((label, f"{results[0].bytes_per_element:.4f}", f"{peak_of(results[0]):.4f}",
                      f"{sum(bpcs) / len(bpcs):.4f}" if bpcs else "发散", delta))
@@ -88,8 +89,11 @@ def print_table_c(setup, table, n_seeds, out):
 def table_c_observations(table, tolerance=cdp.DELTA_TOLERANCE_BPC):
     """What table (c) shows, worded from its numbers (means over the seeds)."""
     def mean_delta(label):
+        """The row's Δ as table (c) prints it (from the two printed means), None if a seed diverged."""
         deltas = [d for d in table[label][2] if math.isfinite(d)]
-        return sum(deltas) / len(deltas) if deltas and len(deltas) == len(table[label][2]) else None
+        if not deltas or len(deltas) < len(table[label][2]):
+            return None
+        return cdp.printed_mean_delta(table[label][1], next(iter(table.values()))[1])
 
     labels = list(table)
     diloco = next(l for l in labels if table[l][0].run.optimizer == "diloco")
@@ -117,7 +121,7 @@ def table_c_observations(table, tolerance=cdp.DELTA_TOLERANCE_BPC):
             word = {"same": "差不多", "worse": "更差", "better": "更好",
                     "unclear": "种子之间不一致"}[cdp.verdict(diffs, tolerance)]
             spread = "" if len(diffs) == 1 else f"，{_signed(min(diffs))}..{_signed(max(diffs))}"
-            worded.append(f"「{label}」{_signed(d)}（比 DiLoCo {_signed(sum(diffs) / len(diffs))}{spread}，{word}）")
+            worded.append(f"「{label}」{_signed(d)}（比 DiLoCo {_signed(printed_difference(d, base))}{spread}，{word}）")
         n = len(table[diloco][1])
         lines.append(f"Δ（越小越好）：DiLoCo {_signed(base)}；" + "；".join(worded)
                      + f"。和 DiLoCo 的差是同一组种子上的配对差，差的绝对值 ≤ {tolerance:g} 算差不多"

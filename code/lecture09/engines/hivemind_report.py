@@ -25,6 +25,27 @@ def groups_of(reports):
     return sorted({r.members for r in reports}, key=lambda g: (-len(g), g))
 
 
+def not_comparable_rounds(record):
+    """The rounds of a run without churn in which not every peer averaged with all the others
+    in full (a smaller group, a peer alone, a partial average): our simulation averages
+    everyone every round, so with any such round the two runs differ by design."""
+    n = record.settings.n_peers
+    return [r for r in range(record.settings.rounds)
+            if len(record.of_round(r)) < n or any(len(x.members) < n or not x.complete for x in record.of_round(r))]
+
+
+def not_everyone(record):
+    """Why table (d) cannot agree, in one sentence ("" when every round was everyone's)."""
+    rounds = not_comparable_rounds(record)
+    if not rounds:
+        return ""
+    first = rounds[0]
+    groups = "、".join("{" + ",".join(map(str, g)) + "}" for g in groups_of(record.of_round(first)))
+    return (f"{len(rounds)} 轮没有 {record.settings.n_peers} 个同伴一起平均（第 {first} 轮的组：{groups or '无'}），"
+            "我们的模拟每轮全体平均，两边算的本来就不是同一件事。机器忙时同伴凑组慢："
+            "--matchmaking-s 加大（如 3）再试 (groups were not everyone; try a longer --matchmaking-s)")
+
+
 def events_in(record, r):
     """What happened just before round r started (join, leave, bootstrap) and in it."""
     churn, out = record.churn, []

@@ -79,6 +79,22 @@ def log_path(target, pid):
     return os.path.join(tempfile.gettempdir(), f"hivemind{target.__name__}_{pid}.log")
 
 
+def peer_start_method():
+    """How the peers' processes start. fork on Linux: a peer is a copy of the parent with
+    torch, hivemind and the toy world already loaded (about a second less per peer). spawn
+    everywhere else: macOS makes spawn Python's default (3.8+) because fork without exec is
+    unsafe there once a process has loaded system frameworks and threads, as torch's import
+    does; hivemind has no Windows wheels. A spawned peer imports what it needs and loads the
+    world itself (run_peer calls prepare). tests/test_code10.py runs the spawn path here on
+    Linux too: hivemind's average of spawned peers equals the mean."""
+    import sys
+
+    return "fork" if sys.platform.startswith("linux") else "spawn"
+
+
+SOCKETS_ENV = "LECTURE09_P2P_SOCKET_PREFIX"      # run()'s socket folder, for a spawned peer's p2pd
+
+
 def own_mpfuture_lock():
     """Fresh locks for hivemind's futures in this child. hivemind makes them at import time
     (utils/mpfuture.py: MPFuture's update and initialization locks, SharedBytes' lock, all
@@ -94,7 +110,7 @@ def own_mpfuture_lock():
     from hivemind.utils.mpfuture import MPFuture
 
     MPFuture.reset_backend()
-    hivemind_asyncio._AsyncContextWrapper.EXECUTOR_LOCK = multiprocessing.get_context("fork").Lock()
+    hivemind_asyncio._AsyncContextWrapper.EXECUTOR_LOCK = multiprocessing.get_context(peer_start_method()).Lock()
 
 
 def _group_child(target, connection, *args):
@@ -102,6 +118,13 @@ def _group_child(target, connection, *args):
     logs in a file the error names, one error line to the parent."""
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent answers Ctrl-C and stops us
+    if os.environ.get(SOCKETS_ENV):                # spawned: the parent's class attribute is not inherited
+        from hivemind.p2p.p2p_daemon import P2P
+        P2P._UNIX_SOCKET_PREFIX = os.environ[SOCKETS_ENV]
+    # hivemind starts its DHT and averager as multiprocessing.Process subclasses that cannot be
+    # pickled, so spawn cannot start them (checked here: "cannot pickle 'weakref.ReferenceType'");
+    # a spawned peer inherits spawn as its default, and hivemind itself needs fork inside it
+    multiprocessing.set_start_method("fork", force=True)
     own_mpfuture_lock()
     log = log_path(target, os.getpid())
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -159,14 +182,14 @@ def _average_peer(i, tensor, initial_peers, n, part_bytes, connection):
         dht.shutdown()
 
 
-def average_once(tensors, part_bytes=2 ** 14, run_timeout_s=120.0):
+def average_once(tensors, part_bytes=2 ** 14, run_timeout_s=120.0, method=None):
     """Each tensor in a peer process of its own; one hivemind averaging round in a fixed
     group of all of them (min_group_size = target); for each peer, in order, (the group it
     saw, its result, whether the checksum passed). For the check that hivemind's average is
-    the mean."""
+    the mean. method: "fork" or "spawn" (None: peer_start_method())."""
     import hivemind.averaging  # noqa: F401
 
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context(method or peer_start_method())
     processes, pipes, results = [], [], {}
     try:
         mine, theirs = ctx.Pipe()
@@ -212,7 +235,7 @@ def _kill_group(process):
     process.join(5)
 
 
-def run(settings, churn=None, run_timeout_s=None, on_round=None):
+def run(settings, churn=None, run_timeout_s=None, on_round=None, method=None):
     """Train settings.n_peers peers with DiLoCo over hivemind; a RunRecord."""
     import hivemind.averaging  # noqa: F401  imported once here; the forked children inherit it
     from lecture09.engines.torchft_replica import prepare
@@ -228,9 +251,10 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
     # at the end (short, under /tmp: a socket's path must stay within 104 bytes on macOS).
     sockets = tempfile.mkdtemp(prefix="hm", dir="/tmp")
     default_prefix, P2P._UNIX_SOCKET_PREFIX = P2P._UNIX_SOCKET_PREFIX, f"/unix{sockets}/hivemind-"
+    os.environ[SOCKETS_ENV] = P2P._UNIX_SOCKET_PREFIX   # what a spawned peer reads (_group_child)
     churn = churn or Churn()
     limit = run_timeout_s or START_LIMIT_S + settings.rounds * (2 * settings.round_s + 5)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context(method or peer_start_method())
     processes, pipes = {}, {}
 
     def start(key, *args):
@@ -335,6 +359,7 @@ def run(settings, churn=None, run_timeout_s=None, on_round=None):
         for c in pipes.values():
             c.close()
         P2P._UNIX_SOCKET_PREFIX = default_prefix
+        os.environ.pop(SOCKETS_ENV, None)
         shutil.rmtree(sockets, ignore_errors=True)
         if succeeded:       # the logs of children that were killed: nothing went wrong in them
             for key, p in processes.items():

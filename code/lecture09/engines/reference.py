@@ -49,8 +49,10 @@ def sim_check(losses_at_syncs, inner_steps, engine_state, result):
                     sim_bpc=result.bpc)
 
 
-def sim_check_lines(check, tolerance, engine="torchft"):
-    """The check as printed lines: both bpc, the largest loss difference, and the verdict."""
+def sim_check_lines(check, tolerance, engine="torchft", not_comparable=""):
+    """The check as printed lines: both bpc, the largest loss difference, and the verdict.
+    not_comparable: why the engine's run did not do what the simulation does (e.g. a round
+    whose group was not everyone), said in place of "the engine disagrees"."""
     from lecture01.console import pad
 
     lines = [pad("  比较 compared", 40) + pad(engine, 12, ">") + pad("我们的模拟 ours", 16, ">")
@@ -60,6 +62,9 @@ def sim_check_lines(check, tolerance, engine="torchft"):
     lines.append(pad(f"  {check.syncs} 次同步时的训练损失 loss", 40) + pad("", 28)
                  + pad(f"max {check.max_loss_diff:.1e}", 16, ">"))
     same = abs(check.engine_bpc - check.sim_bpc) <= tolerance and check.max_loss_diff <= tolerance
+    if not same and not_comparable:
+        lines.append(f"  不一致，但不是 {engine} 算错：{not_comparable}")
+        return lines
     lines.append(f"  {'一致' if same else '不一致'}：容差 tolerance {tolerance:g}" +
                  ("（每个差都在容差以内）" if same else f"——超出容差：{engine} 的 DiLoCo 和我们的模拟这里不一致"))
     return lines

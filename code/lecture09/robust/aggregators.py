@@ -28,9 +28,7 @@ import math
 
 import torch
 
-
-class AggregatorError(ValueError):
-    """Settings an aggregator cannot work with (e.g. f too large for n); the message says why."""
+from lecture09.robust.aggregator_rules import AggregatorError, check_settings  # noqa: F401  (torch-free; re-exported)
 
 
 def stacked(vectors):
@@ -224,18 +222,3 @@ def make(name, f=1, bucket=0, seed=0, tau=1.0):
     cls = AGGREGATORS[name]
     aggregator = cls(f=f, tau=tau) if cls is CenteredClip else cls(f=f)
     return Bucketing(aggregator, bucket, seed) if bucket > 1 else aggregator
-
-
-def check_settings(name, n, f, bucket=0):
-    """Raise AggregatorError (one line) if `name` cannot run with n vectors and f liars:
-    what the script checks before any training starts."""
-    if name not in AGGREGATORS:
-        raise AggregatorError(f"unknown aggregator {name!r}; expected one of {tuple(AGGREGATORS)}")
-    if f < 0 or f >= n:
-        raise AggregatorError(f"f must be in 0..{n - 1} for {n} workers, got {f}")
-    m = math.ceil(n / bucket) if bucket > 1 else n       # what the aggregator itself sees
-    if name == "trimmed-mean" and 2 * f >= m:
-        raise AggregatorError(f"trimmed-mean needs more than 2f = {2 * f} inputs; it gets {m}")
-    if name in ("krum", "multi-krum") and m <= 2 * f + 2:
-        raise AggregatorError(f"{name} needs more than 2f + 2 = {2 * f + 2} inputs "
-                              f"(Blanchard et al.); it gets {m}")

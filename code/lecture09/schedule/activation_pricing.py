@@ -50,23 +50,33 @@ class PricedEncoding:
         return self.gain_s > 1e-9
 
 
-def price_encodings(setup, net, bytes_per_value_by_label, batches):
+def price_encodings(setup, net, bytes_per_value_by_label, batches, step=None):
     """[PricedEncoding] for every batch in `batches` (in order) and every encoding (label ->
-    bytes per value, in order), on `net` with demo 1's job `setup`."""
+    bytes per value, in order), on `net` with demo 1's job `setup`. step(text): progress of
+    each search (layout_optimum.progress_words), for a search that takes long."""
+    import time
+
+    from lecture09.schedule.layout_optimum import progress_words
+
+    def optimum(act, what):
+        started = time.perf_counter()
+        report = None if step is None else (lambda priced, budget: step(
+            f"{what}：" + progress_words(priced, budget, time.perf_counter() - started)))
+        return optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
+                              n_micro_batches=setup.n_micro_batches, on_progress=report)
+
     if not bytes_per_value_by_label:
         raise ValueError("no encodings to price")
     rows = []
     for batch in batches:
         fp16_act = setup.act_bytes_at(batch)
-        fp16 = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, fp16_act,
-                              n_micro_batches=setup.n_micro_batches)
+        fp16 = optimum(fp16_act, f"batch {batch} fp16")
         fp16_stats = layout_stats(fp16.assignment, net, setup.n_stages, setup.n_replicas)
         for label, b in bytes_per_value_by_label.items():
             if not b > 0:
                 raise ValueError(f"bytes per value must be positive, got {b!r} for {label!r}")
             act = fp16_act * b / FP16_BYTES
-            best = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
-                                  n_micro_batches=setup.n_micro_batches)
+            best = optimum(act, f"batch {batch} {label}")
             kept = LayoutCost(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act,
                               setup.n_micro_batches).breakdown(fp16.assignment)
             rows.append(PricedEncoding(label, b, batch, best, kept,
@@ -99,9 +109,17 @@ def print_pricing(setup, rows, out):
                  "fp16 分配 秒"], table, aligns=["<", "<"] + [">"] * 6)
 
 
+def _change_words(before, after, digits):
+    """"少了 x 秒", "多了 x 秒" or "一样", from the two numbers as printed with `digits` decimals."""
+    from lecture01.console import printed_difference
+    d = printed_difference(after, before, digits)
+    return "一样" if d == 0 else f"{'多' if d > 0 else '少'}了 {abs(d):.{digits}f} 秒"
+
+
 def pricing_observations(setup, rows):
     """What table (b) shows, worded from its numbers: per batch, whether an encoding moves
     the optimum, and what that is worth with the compute added."""
+    from lecture01.console import printed_difference
     lines = []
     for batch in dict.fromkeys(r.global_batch for r in rows):
         group = [r for r in rows if r.global_batch == batch]
@@ -111,17 +129,21 @@ def pricing_observations(setup, rows):
             r = changed[0]
             which = (f"压缩到 {r.label}（压缩比 {r.ratio:.2f}）时最优分配变了" if len(changed) == 1 else
                      "、".join(c.label for c in changed) + f"都让最优分配变了，以 {r.label}（压缩比 {r.ratio:.2f}）为例")
+            bigger = "这种编码比 fp16 还大（压缩比小于 1），流水线要发的字节更多；" if r.ratio < 1 else ""
+            before, after = setup.compute_s + r.fp16_cost, setup.compute_s + r.optimum.cost
             lines.append(
-                f"batch {batch}：{which}：fp16 的最优是"
+                f"batch {batch}：{which}：{bigger}fp16 的最优是"
                 f"{_layout_words(r.fp16_stats)}，这时的最优是{_layout_words(r.stats)}；"
                 f"保留 fp16 的分配要 {r.fp16_layout['total']:.2f} 秒，换分配 {r.optimum.cost:.2f} 秒，"
-                f"再省 {r.gain_s:.2f} 秒。加上计算 {setup.compute_s:.1f} 秒，每次迭代 "
-                f"{setup.compute_s + r.fp16_cost:.1f} → {setup.compute_s + r.optimum.cost:.1f} 秒"
-                "（fp16 激活的最优 → 这一行的最优）。")
+                f"换了省 {printed_difference(r.fp16_layout['total'], r.optimum.cost, 2):.2f} 秒。"
+                f"加上计算 {setup.compute_s:.1f} 秒，每次迭代 {before:.1f} → {after:.1f} 秒"
+                f"（fp16 激活的最优 → 这一行的最优），{_change_words(before, after, 1)}。")
         elif undecided:
             lines.append(f"batch {batch}：网络不是按地区一致的，表里是下界，不能断定分配变没变。")
         else:
             last = group[-1]
+            bigger = f"（压缩比 {last.ratio:.2f}，比 fp16 还大）" if last.ratio < 1 else ""
             lines.append(f"batch {batch}：表里每一种编码下，fp16 的最优分配仍然最优（{_layout_words(last.stats)}）；"
-                         f"压缩只让流水线通信变少：{last.fp16_cost:.2f} → {last.optimum.cost:.2f} 秒。")
+                         f"编码只改变流水线通信的时间，以 {last.label} 为例{bigger}：{last.fp16_cost:.2f} → "
+                         f"{last.optimum.cost:.2f} 秒，{_change_words(last.fp16_cost, last.optimum.cost, 2)}。")
     return lines

@@ -29,6 +29,9 @@ class OptimumResult:
 MAX_CAPACITY_TABLE = 4_000_000   # entries of _CountMatrixSearch's min-DP tables (8 cities of 4: 9 x 390,625)
 
 
+PROGRESS_EVERY = 200_000      # rows priced between two progress reports (on_progress)
+
+
 class _SearchBudgetSpent(Exception):
     """optimal_layout priced its max_rows_priced candidate rows without finishing."""
 
@@ -51,6 +54,7 @@ class _CountMatrixSearch:
     def __init__(self, dp_cost, pp_cost, sizes, n_stages, n_replicas):
         self.pp_cost, self.sizes, self.n_stages = pp_cost, np.array(sizes), n_stages
         self.rows = np.array(_compositions(n_replicas, sizes))   # (M, K): every possible stage row
+        self.on_progress, self._next_report = None, PROGRESS_EVERY   # (priced, budget), now and then
         # Eq. 2 for a row: a device in region a has rows[a] - 1 peers at home, rows[b] in region b.
         dp_cost = np.where(np.isinf(dp_cost), 0.0, dp_cost)   # a 1-device region has no home peer
         member_sums = self.rows @ dp_cost.T - np.diag(dp_cost)   # (M, K)
@@ -178,6 +182,9 @@ class _CountMatrixSearch:
         self.priced += len(fitting)
         if self.priced > budget:
             raise _SearchBudgetSpent
+        if self.on_progress is not None and self.priced >= self._next_report:
+            self._next_report = self.priced + PROGRESS_EVERY
+            self.on_progress(self.priced, budget)
         ys = self.rows[fitting]
         new_dp = np.maximum(self.row_dp[fitting], dp)
         new_pp = pp + (self.bottlenecks(chosen[-1], ys) if chosen else np.zeros(len(ys)))
@@ -210,8 +217,16 @@ class _CountMatrixSearch:
         return chain
 
 
+def progress_words(priced, budget, elapsed_s):
+    """The search's progress line: rows priced of its budget, and the most it can still take
+    at the rate so far (an upper bound: branch and bound usually proves the optimum earlier)."""
+    most = elapsed_s / priced * (budget - priced) if priced else 0.0
+    return (f"分支定界 branch and bound：已算 {priced:,} 行，上限 {budget:,} 行，{elapsed_s:.0f} 秒；"
+            f"最多还要约 {most:.0f} 秒 (at most)")
+
+
 def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_rows_priced=10_000_000,
-                   n_micro_batches=1):
+                   n_micro_batches=1, on_progress=None):
     """The best layout of a region-uniform network, proven by exhaustive search.
 
     Why the search space is small: when every link depends only on its two regions,
@@ -243,6 +258,7 @@ def optimal_layout(net, n_stages, n_replicas, stage_param_bytes, act_bytes, max_
         region_costs.append(np.array([[np.min(table[np.outer(a, b) & off_diagonal], initial=np.inf)
                                        for b in in_region] for a in in_region]))
     search = _CountMatrixSearch(*region_costs, sizes, n_stages, n_replicas)
+    search.on_progress = on_progress
     total, counts, finished, lower = search.run(max(max_rows_priced, n_stages * len(search.rows)))
     dp = max(search.row_dp[(search.rows == row).all(axis=1)][0] for row in counts)
     total, dp = int(total), int(dp)

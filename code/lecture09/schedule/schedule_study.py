@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from lecture09.schedule.hand_layouts import (SwapCensus, dp_groups_in_regions, layout_stats, pipelines_in_regions,
                                             random_assignment, swap_census)
 from lecture09.schedule.layout_cost import LayoutCost, PS_PER_S
-from lecture09.schedule.layout_optimum import OptimumResult, optimal_layout
+from lecture09.schedule.layout_optimum import OptimumResult, optimal_layout, progress_words
 from lecture09.schedule.layout_search import SearchTrace, genetic_search, local_search
 
 # The methods of the results table, in table order (the keys of Instance.methods).
@@ -144,7 +144,9 @@ def study_instance(setup, net, global_batch, step=lambda text: None):
     census = swap_census(cost, methods["strict"].layout)
     started = time.perf_counter()
     optimum = optimal_layout(net, setup.n_stages, setup.n_replicas, setup.stage_param_bytes, act_bytes,
-                                      n_micro_batches=setup.n_micro_batches)
+                             n_micro_batches=setup.n_micro_batches,
+                             on_progress=lambda priced, budget: step(
+                                 f"batch {global_batch}：" + progress_words(priced, budget, time.perf_counter() - started)))
     return Instance(global_batch, act_bytes, cost, methods,
                     tuple(layout_stats(a, net, setup.n_stages, setup.n_replicas) for a in randoms),
                     random_costs, tuple(strict_traces), tuple(sideways_traces), strict_long,

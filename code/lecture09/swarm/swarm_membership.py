@@ -10,7 +10,7 @@ torch is imported inside the functions, as in swarm_report.py.
 
 from dataclasses import asdict, dataclass, replace
 
-from lecture01.console import format_table, print_wrapped
+from lecture01.console import format_table, print_wrapped, printed_difference
 from lecture09.swarm.swarm_protocol import token_for
 
 DEADLINE_STEPS = 5        # the demo's round deadline: this many of table (1)'s measured steps,
@@ -142,7 +142,7 @@ def print_churn(result, undisturbed, mode, figures=None):
     full = undisturbed.workers * undisturbed.steps
     print_wrapped(f"    有进出 with churn：验证 bpc {result.val_bpc:.4f}，{result.uploads_averaged} 份上传进了平均；"
                   f"不受干扰 undisturbed（表 (1) 的 {mode} 行，同样的种子和数据）：{undisturbed.val_bpc:.4f}，"
-                  f"{full} 份；差 Δ {result.val_bpc - undisturbed.val_bpc:+.4f}。"
+                  f"{full} 份；差 Δ {printed_difference(result.val_bpc, undisturbed.val_bpc):+.4f}。"
                   f"{deadline_rounds} 轮等到了截止时间。")
     if figures:
         from lecture09.swarm.swarm_figures import draw_churn   # matplotlib only now

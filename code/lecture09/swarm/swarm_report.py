@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
-from lecture01.console import LINE_WIDTH, display_width, format_table, print_wrapped, wrap
+from lecture01.console import LINE_WIDTH, display_width, format_table, print_wrapped, printed_difference, wrap
 from lecture09.swarm.swarm_protocol import ServerConfig, token_for
 
 DEFAULT_UPLINK_MBYTE_PER_S = 10.0    # a home uplink of 10 MB/s (1 MB = 10^6 bytes), i.e. 80 Mbit/s
@@ -301,7 +301,7 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
         sends = first.entries_per_upload * first.accepted_per_worker / n_params
         verdicts = []
         for r in sparse:
-            diff = r.val_bpc - dense.val_bpc
+            diff = printed_difference(r.val_bpc, dense.val_bpc)     # of the two bpc printed here
             word = "差 worse" if diff > 0.005 else "好 better" if diff < -0.005 else "几乎一样 about the same"
             verdicts.append(f"{r.compression} {r.val_bpc:.4f}（{word}，{diff:+.4f}）")
         how_often = (f"平均只把每个参数发出 {sends:.2f} 次" if sends < 1 else f"平均把每个参数发出 {sends:.2f} 次")
@@ -311,7 +311,7 @@ def traffic_observations(results, n_params, n_tensors, topk_ratio):
                      f"/ {n_params:,} 个参数）；误差反馈 error feedback 把没发的部分留在残差里晚一点再发，不会丢，"
                      f"但发出去时已经是旧的梯度了。")
     if topk is not None and topk_int8 is not None:
-        diff = topk_int8.val_bpc - topk.val_bpc
+        diff = printed_difference(topk_int8.val_bpc, topk.val_bpc)
         verdict = ("几乎没有影响 hardly matters" if abs(diff) <= 0.01 else
                    "有可见的代价 visibly costs" if diff > 0 else "反而略好 is slightly better")
         notes.append(f"在 top-k 之上再做 int8 量化：bpc {topk.val_bpc:.4f} -> {topk_int8.val_bpc:.4f}，{verdict}；"

@@ -6,6 +6,7 @@ connection is accepted, requests in flight finish (swarm_http.STOP_DRAIN_S at mo
 checkpoint of everything is written (swarm_checkpoint.py), and the status is 0.
 """
 
+import os
 import signal
 import sys
 import time
@@ -24,6 +25,21 @@ class _Terminated(Exception):
 
 def _raise_terminated(signum, frame):
     raise _Terminated()
+
+
+def token_mode(config):
+    """How uploads are authorised, for the server's first line: a shared token, one per
+    worker (--token-file), or none."""
+    if config.worker_tokens:
+        return f"per-worker tokens ({len(config.worker_tokens)})"
+    return "token on" if config.token else "token off"
+
+
+def worker_token_flag(config):
+    """What the workers' command line needs after --worker-id N to be allowed to upload."""
+    if config.worker_tokens:
+        return " --token TOKEN_N"
+    return " --token ..." if config.token else ""
 
 
 def serve(config, port, verbose, resume, script):
@@ -47,11 +63,14 @@ def serve(config, port, verbose, resume, script):
             path, version = swarm.resumed_from
             print(f"从检查点继续 resumed from {path} at version {version} "
                   f"({len(swarm.round)} uploads in the round)", flush=True)
-        print(f"参数服务器 parameter server: {server.url}  ({config.update}, world_size {config.world_size}, "
-              f"{config.total_updates} 步 steps, token {'on' if config.token else 'off'})", flush=True)
+        print(f"参数服务器 server: {server.url} ({config.update}, {config.world_size} workers, "
+              f"{config.total_updates} steps, {token_mode(config)})", flush=True)
         print(f"每个工作者一个终端 one terminal per worker, N = 0 .. {config.world_size - 1}:", flush=True)
-        print(f"  python3 {script} --worker {server.url} --worker-id N"
-              + (" --token ..." if config.token else ""), flush=True)
+        print(f"  python3 {script} --worker {server.url} --worker-id N" + worker_token_flag(config), flush=True)
+        if config.worker_tokens:
+            print("  TOKEN_N：--token-file 里工作者 N 那一行的 token (worker N's own token from the file)", flush=True)
+        print(f"服务器的进程号 server pid {os.getpid()}（Ctrl-C 或 SIGTERM 停下，都先写检查点 checkpoint first）",
+              flush=True)
         _, val_tokens = load_world_tokens()
         shown = swarm.version
         while not swarm.done:
