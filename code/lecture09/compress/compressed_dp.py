@@ -17,7 +17,6 @@ into words, against a stated tolerance.
 
 import math
 import multiprocessing
-import os
 import statistics
 from dataclasses import dataclass, replace  # noqa: F401  (replace: re-exported, scripts build setups with it)
 
@@ -60,18 +59,17 @@ def _train_job(job):
     return train_run(run, seeds, setup)
 
 
-# Training workers run at a lower CPU priority (Unix niceness +10). A script that trains
-# in the background while it computes something the class is reading now (05: demo 1's
-# search) keeps that in front: on 2 cores, with two workers beside it, demo 1's search took
-# 11-12 s instead of 7.5 s. The training itself loses nothing once the parent waits.
-WORKER_NICENESS = 10
+# Training workers run at the parent's CPU priority. They once ran at niceness +10 so that
+# demo 1's search (code 05) stayed in front (7.5 s instead of 11-12 s on 2 cores), but then
+# any normal program beside them (a browser, the projector's software) takes a whole core
+# from them: with one process spinning on one core, code 05's default run took 105.9 s at +10
+# and 70.4 s at the parent's priority; idle, 47.2 s and 45.7 s (medians of 3, whole process,
+# 2-core Intel Xeon with AMX; README).
 
 
 def _start_worker(steps_done):
-    """Pool initializer: report progress into `steps_done`, at a lower CPU priority."""
+    """Pool initializer: report progress into `steps_done`."""
     run_progress.attach(steps_done)
-    if hasattr(os, "nice"):   # not on Windows; there the workers keep normal priority
-        os.nice(WORKER_NICENESS)
 
 
 def start_training(jobs, n_processes):
