@@ -69,6 +69,20 @@ def inner_step(workers, inner, x, y, lr, clip_norm, bf16):
     return loss_sum
 
 
+def outer_step(global_params, pseudo_gradient, outer, workers):
+    """The outer optimizer's step on the global model from a flat (n,) pseudo-gradient, then
+    every worker starts again from the new global weights."""
+    offset = 0
+    for p in global_params:
+        p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    outer.step()
+    for model in workers:
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), global_params):
+                p.copy_(g)
+
+
 def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None, inner_steps=None):
     """Train setup.model with DiLoCo, H = run.param (or inner_steps); a RunResult (bpc of θ_global).
     exchange(deltas) -> (pseudo-gradient, bytes one worker sent) replaces DiLoCo's (SparseLoCo);
@@ -105,14 +119,6 @@ def train(run, seeds, setup, exchange=None, outer_lr=None, outer_momentum=None, 
         deltas = [theta - torch.nn.utils.parameters_to_vector(model.parameters()).detach() for model in workers]
         pseudo_gradient, sent = exchange(deltas)                                  # (n,), bytes
         total_bytes += sent
-        offset = 0
-        for p in global_params:
-            p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        outer.step()
-        for model in workers:
-            with torch.no_grad():
-                for p, g in zip(model.parameters(), global_params):
-                    p.copy_(g)
+        outer_step(global_params, pseudo_gradient, outer, workers)
     return engine.finish_run(run, seeds, global_model, val_data, started, diverged,
                           total_bytes / max(1, len(losses)), len(losses), losses=losses)

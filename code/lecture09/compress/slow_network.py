@@ -213,15 +213,7 @@ def train_timed_diloco(run, seeds, setup, net, devices, scale, eval_every, eval_
             deltas = [theta - torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in workers]
             pseudo_gradient = exchange.step(deltas, [since_sync] * n_workers)
             since_sync = 0.0
-            offset = 0
-            for p in global_params:
-                p.grad = pseudo_gradient[offset:offset + p.numel()].view_as(p).clone()
-                offset += p.numel()
-            outer.step()
-            for model in workers:
-                with torch.no_grad():
-                    for p, g in zip(model.parameters(), global_params):
-                        p.copy_(g)
+            local_sgd.outer_step(global_params, pseudo_gradient, outer, workers)
         if (step + 1) % eval_every == 0:
             curve.append((step + 1, scale.job_seconds(exchange.clock + since_sync),
                           tiny_gpt.bits_per_char(global_model, val_data, n_windows=eval_windows)))
