@@ -189,3 +189,13 @@ def test_ctrl_c_stops_with_one_line_and_leaves_no_process(argv):
     status, _, err, left = press_ctrl_c(proc)
     assert status == 130 and not left
     assert "Traceback" not in err and err.rstrip().splitlines()[-1] == "已中断 interrupted (Ctrl-C)"
+
+
+def test_one_region_bounds_the_optimum_without_nan():
+    """With one region there is no link between regions: its cost is inf, and a bound of
+    0 × inf was NaN (numpy's RuntimeWarning), which the branch and bound's sorted order puts
+    last and could cut away. The bound of no later cut across regions is 0."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        main_quietly(code5.main, ["--demo", "executed", "--time-scale", "1e-4", "--regions", "1"])

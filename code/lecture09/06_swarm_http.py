@@ -308,7 +308,7 @@ def build_parser():
     parser.add_argument("--rtt-ms", type=non_negative_float, default=DEFAULT_RTT_MS,
                         help="模型化的往返时间 modeled round-trip time between worker and server, ms "
                              "(default %(default)s)")
-    parser.add_argument("--relay", action="store_true", help="再训练一次，每个工作者经过本机中继 relay（5.12）")
+    parser.add_argument("--relay", action="store_true", help="再训练一次，每个工作者经过本机中继 relay（§5.12）(default %(default)s)")
     parser.add_argument("--port", type=PORT, default=0,
                         help="--serve：端口 port; 0 = 系统挑一个空闲的 a free one (default %(default)s)")
     parser.add_argument("--token", type=token, default=None,

@@ -145,7 +145,9 @@ class _CountMatrixSearch:
         else:
             run[:] = later_cuts
         moves = np.ceil((later_cuts - repeats) / run)
-        bound = (later_cuts - moves) * cl + moves * cm
+        stays = later_cuts - moves                   # cuts priced at cl; 0 × inf is 0 here, not NaN
+        with np.errstate(invalid="ignore"):            # the products np.where then drops
+            bound = np.where(stays > 0, stays * cl, 0.0) + np.where(moves > 0, moves * cm, 0.0)
         for i in np.flatnonzero(to_end):
             key = tuple(ys[i])
             if key not in self._repeat:
