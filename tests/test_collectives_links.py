@@ -105,7 +105,7 @@ def test_measured_is_the_model_in_lockstep_and_for_the_ring(small_run):
 @pytest.mark.sweep
 def test_free_running_naive_reduce_is_one_hop_by_hand(small_run):
     """Both non-roots send at once on their own links; the root's downlink is not limited:
-    α + 50 kB / (1 byte/µs) = 100 ms, where the model's two rounds say 200 ms.
+    α + 50 kB / (1 byte/µs) = 100 ms, where the model's two rounds say 200 ms."""
     naive = small_run[("reduce", "naive")]
     assert naive["model_s"] == pytest.approx(2 * (ALPHA + 4 * N * 8 / BW))
     assert L.within(naive["free_s"] / (ALPHA + 4 * N * 8 / BW))
