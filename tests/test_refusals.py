@@ -73,6 +73,8 @@ REFUSALS = {
         ["--aggregator", "median", "--update", "async"], ["--serve", "--worker", "http://127.0.0.1:1"],
         ["--worker", "http://127.0.0.1:1", "--worker-id", "-1"], ["--aggregator", "krum"],
         ["--aggregator", "trimmed-mean", "--byzantine", "2", "--workers", "4"],
+        ["--relay-links", "50"], ["--relay-links", "50:0"], ["--relay-links", "50:10"],
+        ["--serve", "--relay-links", "50:10"], ["--quick", "--relay-links", "50:10,50:10,50:10"],
     ],
     "07_compression_beyond.py": [
         ["--block-size", "0"], ["--powersgd-ranks", "0"], ["--diloco-h", "0"], ["--diloco-compressed-h", "0"],

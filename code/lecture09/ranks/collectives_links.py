@@ -194,7 +194,7 @@ def links_observation(rows, latency_s, bandwidth_bps, tolerance=TOLERANCE):
     off = [r for r in rows if not within(r["free_s"] / r["model_s"], tolerance)]
     if not off:
         text.append(f"每一行的 实测 ÷ 模型 都在 [1/{tolerance:g}, {tolerance:g}] 之内。")
-        return " ".join(text)
+        return "".join(text)
     named = "；".join(f"{r['collective']} {r['algorithm']} {alpha_beta.human_bytes(r['bytes'])} "
                      f"{r['free_s'] / r['model_s']:.2f}→{r['lockstep_s'] / r['model_s']:.2f}"
                      for r in sorted(off, key=lambda r: r["free_s"] / r["model_s"])[:5])
@@ -204,7 +204,8 @@ def links_observation(rows, latency_s, bandwidth_bps, tolerance=TOLERANCE):
     if len(explained) == len(off):
         text.append(head + "；按轮同步（对照：每轮的消息在模型的轮开始时才发，链路、字节、消息序列都不变）"
                     "把它们全拉回了容差之内：差别来自模型把每一轮当成一道屏障，而程序里没有要等的"
-                    "消息的 rank 会立刻发（朴素 reduce 的几个 rank 同时发给根，根的下行不限速）。")
+                    "消息的 rank 会立刻发（朴素的做法最明显：几个 rank 同时发给根，根的下行不限速；"
+                    "根发出的几条消息在路上重叠，不是一轮一条）。")
     elif not explained:
         text.append(head + "；按轮同步也没有拉回来：不是轮次的问题，多半是这台机器的负载"
                     "（每个 rank 醒来晚了），在空闲时再跑。")
@@ -213,7 +214,7 @@ def links_observation(rows, latency_s, bandwidth_bps, tolerance=TOLERANCE):
                          for r in off if r not in explained)
         text.append(head + f"；按轮同步拉回了 {len(explained)} 行（模型的轮是屏障，程序里不是），"
                     f"没拉回的 {rest} 多半是机器的负载，再跑一次看它是否还在。")
-    return " ".join(text)
+    return "".join(text)
 
 
 def run_demo7(job, p, timeout_s, out=None):
