@@ -1,4 +1,4 @@
-"""Code 1's demo 7 (ranks/collectives_links.py, §1.6): the collectives of ranks/ on real gloo
+"""Code 1's demo 7 (network/collectives_links.py, §1.6): the collectives of ranks/ on real gloo
 ranks behind emulated links (network/gloo_links.py): the model's arithmetic by hand, the
 observation on each branch, the flag, and one small run on 3 real ranks (sweep: spawning
 3 torch processes costs more than 3 s on 2 shared cores)."""
@@ -6,7 +6,7 @@ observation on each branch, the flag, and one small run on 3 real ranks (sweep: 
 import pytest
 
 from lecture09.ranks import collectives as C
-from lecture09.ranks import collectives_links as L
+from lecture09.network import collectives_links as L
 from conftest import LECTURE09, load_script
 
 

@@ -63,14 +63,15 @@ def test_the_round_waits_for_the_slowest_link_by_hand():
 
 
 def test_slowest_observation_reads_its_table_on_each_branch():
-    near_slowest = [("none", 0.3, 5.0, 4.7, 4.6, 3.8)]
-    text = swarm_relay.slowest_observation(near_slowest, [2.55])
-    assert "none 实测 4.700、最慢链路 4.600、平均 2.550" in text and "每一种都离最慢链路的模型更近" in text
-    assert "每一种都离平均链路更近" in swarm_relay.slowest_observation([("none", 0.3, 3.0, 2.7, 4.6, 3.8)], [2.55])
-    mixed = near_slowest + [("topk", 0.3, 3.0, 2.7, 4.6, 3.8)]
-    assert "none 离最慢链路更近，其余离平均更近" in swarm_relay.slowest_observation(mixed, [2.55, 2.55])
+    # (mode, direct, relayed, network, slowest model with 2 round trips, slowest with 1); means: 1 round trip
+    near_slowest = [("none", 0.3, 4.4, 4.1, 4.6, 3.8)]
+    text = swarm_relay.slowest_observation(near_slowest, [2.15])
+    assert "none 实测 4.100、最慢链路 3.800、平均 2.150" in text and "每一种都离最慢链路的模型更近" in text
+    assert "每一种都离平均链路更近" in swarm_relay.slowest_observation([("none", 0.3, 2.3, 2.0, 4.6, 3.8)], [2.15])
+    mixed = near_slowest + [("topk", 0.3, 2.3, 2.0, 4.6, 3.8)]
+    assert "none 离最慢链路更近，其余离平均更近" in swarm_relay.slowest_observation(mixed, [2.15, 2.15])
     noisy = [("none", 0.3, 0.2, -0.1, 4.6, 3.8)]
-    assert "读不出结论" in swarm_relay.slowest_observation(noisy, [2.55])
+    assert "读不出结论" in swarm_relay.slowest_observation(noisy, [2.15])
 
 
 @pytest.mark.slow
@@ -81,5 +82,5 @@ def test_code6_relay_with_one_slow_worker_prints_both_models():
     code6 = load_script(LECTURE09 / "06_swarm_http.py")
     _, out = main_quietly(code6.main, ["--quick", "--modes", "topk", "--relay-links", "0:1000,100:1"])
     assert "(1c) 每个工作者一条自己的链路" in out and "w1 RTT 100 ms、上行 1 MB/s、下行 1 MB/s" in out
-    assert "最慢链路模型" in out and "每步的网络秒数（topk 实测" in out
+    assert "最慢 1 次往返" in out and "每步的网络秒数（topk 实测" in out
     assert not [line for line in out.splitlines() if display_width(line) > 100]

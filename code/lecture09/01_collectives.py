@@ -50,7 +50,7 @@ from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
-from lecture09.ranks import collectives_links  # demo 7; no torch at import
+from lecture09.network import collectives_links  # demo 7; no torch at import
 from lecture01.cli_args import (Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in,
                                 float_in, positive_float)
 from lecture01.console import print_header, print_table, print_wrapped, utf8_output
