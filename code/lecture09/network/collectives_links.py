@@ -207,8 +207,8 @@ def links_observation(rows, latency_s, bandwidth_bps, tolerance=TOLERANCE):
                     "消息的 rank 会立刻发（朴素的做法最明显：几个 rank 同时发给根，根的下行不限速；"
                     "根发出的几条消息在路上重叠，不是一轮一条）。")
     elif not explained:
-        text.append(head + "；按轮同步也没有拉回来：不是轮次的问题，多半是这台机器的负载"
-                    "（每个 rank 醒来晚了），在空闲时再跑。")
+        text.append(head + "；按轮同步也没有拉回来：不是轮次的问题，是链路以外的代价（回环本身、"
+                    "进程醒得晚）；链路越快，它占得越多，在空闲的机器上或更慢的链路上再跑。")
     else:
         rest = "、".join(f"{r['collective']} {r['algorithm']} {alpha_beta.human_bytes(r['bytes'])}"
                          for r in off if r not in explained)
