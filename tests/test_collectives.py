@@ -151,7 +151,8 @@ def test_quick_run_prints_exact_arithmetic(quick_run):
 
 
 @pytest.mark.parametrize("flags", [["--real-p", "1"], ["--n-bytes", "1000"], ["--repeats", "0"],
-                                   ["--latency-us", "-1"], ["--demo", "7"]])
+                                   ["--latency-us", "-1"], ["--demo", "8"],
+                                   ["--links", "10", "0"], ["--links", "20", "100", "--demo", "5"]])
 def test_bad_flags_exit_2_with_one_line(script, flags, capsys):
     with pytest.raises(SystemExit) as info:
         script.parse_args(flags)

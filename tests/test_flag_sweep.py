@@ -13,6 +13,8 @@ SWEEPS = {
         ["--demo", "1"], ["--demo", "2", "--p", "2"], ["--demo", "4", "--p", "2"], ["--demo", "4", "--p", "1024"],
         ["--demo", "4", "--p", "3", "--n-bytes", "3145728"], ["--demo", "3", "--n-bytes", "1048576", "--p", "1024"],
         ["--demo", "4", "--latency-us", "0.001"], ["--demo", "4", "--bandwidth-gbps", "100000"],
+        # demo 7 (emulated links): no latency and a network that vanishes; two ranks on a slow link
+        ["--demo", "7", "--quick", "--links", "0", "1000000"], ["--demo", "7", "--quick", "--real-p", "2", "--links", "50", "5"],
     ],
     "02_data_parallel.py": [
         ["--demo", "1", "--quick", "--world-size", "1"], ["--demo", "1", "--quick", "--world-size", "8", "--batch-size", "8"],
@@ -131,7 +133,7 @@ CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 
 # Demos that train or start real ranks take seconds each; their extremes are the sweep tier
 # (conftest.SWEEP_TIER). Arithmetic demos take milliseconds and stay in the five-minute part.
-TRAINS_OR_SPAWNS = {"02_data_parallel.py": "all", "03_memory_zero.py": {"5", "6"},
+TRAINS_OR_SPAWNS = {"01_collectives.py": {"7"}, "02_data_parallel.py": "all", "03_memory_zero.py": {"5", "6"},
                     "04_pipeline.py": {"5", "6", "7"}, "06_swarm_http.py": "all",
                     "07_compression_beyond.py": "all", "08_byzantine.py": "all", "09_torchft.py": "all",
                     "10_hivemind.py": "all", "11_frontier.py": "all"}

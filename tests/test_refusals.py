@@ -31,7 +31,8 @@ REFUSALS = {
         ["--batch-size", "100000000", "--steps", "1", "--no-cache"],
     ],
     "01_collectives.py": [
-        ["--demo", "7"], ["--n-bytes", "0"], ["--latency-us", "inf"], ["--latency-us", "0"],
+        ["--demo", "8"], ["--links", "10", "0"], ["--links", "-1", "100"], ["--links", "1000", "1"],
+        ["--links", "10", "100", "--demo", "3"], ["--links", "10"], ["--n-bytes", "0"], ["--latency-us", "inf"], ["--latency-us", "0"],
         ["--bandwidth-gbps", "-1"], ["--p", "1"], ["--real-p", "1"], ["--repeats", "0"], ["--timeout", "0"],
         ["--demo", "2", "--n-bytes", "1000001", "--p", "16"],
     ],
@@ -72,6 +73,8 @@ REFUSALS = {
         ["--aggregator", "median", "--update", "async"], ["--serve", "--worker", "http://127.0.0.1:1"],
         ["--worker", "http://127.0.0.1:1", "--worker-id", "-1"], ["--aggregator", "krum"],
         ["--aggregator", "trimmed-mean", "--byzantine", "2", "--workers", "4"],
+        ["--relay-links", "50"], ["--relay-links", "50:0"], ["--relay-links", "50:10"],
+        ["--serve", "--relay-links", "50:10"], ["--quick", "--relay-links", "50:10,50:10,50:10"],
     ],
     "07_compression_beyond.py": [
         ["--block-size", "0"], ["--powersgd-ranks", "0"], ["--diloco-h", "0"], ["--diloco-compressed-h", "0"],

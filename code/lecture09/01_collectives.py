@@ -16,6 +16,8 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
       和 torch.distributed.all_reduce 对比计时，用最小二乘拟合 α 和 β，列出模型和实测不一致的地方。
     演示 6（demo 6）：all-to-all（每人给每人不同的一块，MoE 分发 token 用的就是它）：成对交换和经根两种写法，
       字节、轮数和 α–β 时间，和环形 all-reduce 并列；在真的 gloo 进程上和 torch.distributed.all_to_all_single 对照。
+    演示 7（demo 7，只在 --links 或 --demo 7 时跑）：5 种原语 × 3 种算法在真的 gloo 进程上，每条消息走一条模拟链路
+      （network/gloo_links.py），实测时间和同一个 α、β 的模型并列，按轮同步的对照说明两者为什么不同。
 
 对应讲义 (notes): lectures/lecture09/01_collectives.md 第 1 节（第 2 节和第 5 节引用它）
 
@@ -24,6 +26,7 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     python3 code/lecture09/01_collectives.py --demo 1      # 只看环形 all-reduce 的例子，瞬间
     python3 code/lecture09/01_collectives.py --demo 4 --latency-us 10 --bandwidth-gbps 100
     python3 code/lecture09/01_collectives.py --real-p 3 --repeats 9
+    python3 code/lecture09/01_collectives.py --links 20 100   # 演示 7：α = 20 ms、100 Mbit/s 的链路，约半分钟
     python3 code/lecture09/01_collectives.py --quick       # 很小的设置（测试用）
     python3 code/lecture09/01_collectives.py --help
 
@@ -47,7 +50,9 @@ from lecture09 import dist_sim  # only its FIGURES table: the data-center link
 from lecture09.ranks import gloo_ranks  # no torch at import: --help stays fast
 from lecture09.ranks.alpha_beta import ALGORITHMS, COLLECTIVES
 from lecture09.ranks.collectives_report import demo6_observation, run_demo5, run_demo6
-from lecture01.cli_args import Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in, positive_float
+from lecture09.network import collectives_links  # demo 7; no torch at import
+from lecture01.cli_args import (Parser, add_figures_flag, given_flags, note_quick_overrides, run_main, int_in,
+                                float_in, positive_float)
 from lecture01.console import print_header, print_table, print_wrapped, utf8_output
 
 
@@ -86,6 +91,8 @@ QUICK_MODEL = dict(world_sizes=(2, 4, 8), check_world_sizes=(1, 2, 3, 4, 5, 8), 
                    sizes_bytes=(2**10, 2**20, 2**30))
 QUICK_REAL = dict(world_sizes=(2, 3), sizes=(16, 4096, 65536), repeats=2)
 WORKED_P = 4                          # demo 1: four workers, one number per chunk
+DEFAULT_LINK = (20.0, 100.0)          # demo 7: α = 20 ms, 100 Mbit/s (ring beats tree above 200 kB)
+QUICK_LINKS = dict(keys=(("all-reduce", "tree"), ("all-reduce", "ring")))
 
 
 # =============================================================================
@@ -304,7 +311,11 @@ def parse_args(argv=None):
     m, real = ModelSetup(), RealSetup()
     p = Parser(description="第 9 讲代码 1：通信原语的朴素、树、环形实现与 α–β 模型 "
                                             "(lecture 9, code 1: collectives from point-to-point messages)")
-    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
+    p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "7", "all"), default="all",
+                   help="跑哪个演示 which demo; all = 1-6 (default %(default)s)")
+    p.add_argument("--links", nargs=2, type=float_in(0, 1e6), metavar=("LATENCY_MS", "MBIT_S"),
+                   help="演示 7：每条链路的延迟 ms 和带宽 Mbit/s；只给它就只跑演示 7 emulated links "
+                        f"(default for --demo 7: {DEFAULT_LINK[0]:g} {DEFAULT_LINK[1]:g})")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
     add_figures_flag(p)                 # fig09_01_allreduce_time.svg (demo 4)
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
@@ -331,6 +342,19 @@ def parse_args(argv=None):
         real = replace(real, **{**QUICK_REAL, "world_sizes": tuple(w for w in QUICK_REAL["world_sizes"]
                                                                    if w <= args.real_p)})
     model = replace(model, n_bytes=args.n_bytes)
+    given = given_flags(p, argv)
+    if args.links is not None and "demo" not in given:
+        args.demo = "7"
+    if args.links is not None and args.demo != "7":
+        p.error(f"--links 只用于演示 7 (only for demo 7), not --demo {args.demo}")
+    latency_ms, mbit = args.links or DEFAULT_LINK
+    if mbit <= 0:
+        p.error(f"--links 的带宽要大于 0 (bandwidth must be > 0 Mbit/s), got {mbit:g}")
+    args.links_job = collectives_links.LinksJob(latency_ms / 1e3, mbit * 1e6, **(QUICK_LINKS if args.quick else {}))
+    planned = collectives_links.planned_seconds(args.real_p, args.links_job)
+    if args.demo == "7" and planned > collectives_links.MAX_EMULATED_S:
+        p.error(f"--links {latency_ms:g} {mbit:g}：要模拟约 {planned:.3g} 秒 > "
+                f"{collectives_links.MAX_EMULATED_S:g} 秒 (too slow a link)")
     bad = [q for q in model.world_sizes + (model.size_table_p,) if model.n_bytes % q]
     if bad:
         p.error(f"--n-bytes {model.n_bytes} 要是每个 p 的倍数 (a multiple of every p: "
@@ -363,6 +387,8 @@ def main(argv=None):
     if wanted("6"):
         print()
         results["demo6"] = run_demo6(model, real)
+    if args.demo == "7":
+        results["demo7"] = collectives_links.run_demo7(args.links_job, args.real_p, real.timeout_s)
     if args.demo == "all":
         observations(model, real, results)
     if args.figures:

@@ -76,7 +76,7 @@ from lecture01.cli_args import (Parser, add_figures_flag, apply_quick, given_fla
     run_main, int_in, non_negative_int, positive_float, positive_int, ratio)
 from lecture01.console import print_header, print_wrapped, utf8_output  # noqa: E402
 from lecture09.swarm.swarm_flags import (PORT, WORKER_COUNT, WORKER_ID, mode_list,  # noqa: E402  (no torch)
-                                         non_negative_float, read_token_file, server_url, token, wire_mode)
+    add_relay_flags, check_relay_links, non_negative_float, read_token_file, server_url, token, wire_mode)
 from lecture09.swarm.swarm_protocol import (WIRE_ATTACKS, ServerConfig,  # noqa: E402  (no torch)
                                             WorkerConfig, new_worker_tokens)
 
@@ -252,7 +252,7 @@ def run_worker_cli(args):
 # Which flags each mode reads; any other flag given is refused (exit 2), never silently ignored.
 ROLE_FLAGS = {
     "default": {"quick", "workers", "steps", "modes", "update", "round_deadline_s", "min_workers", "max_staleness",
-                "relay", "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
+                "relay", "relay_links", "max_body_bytes", "uplink_mbyte_per_s", "downlink_mbyte_per_s", "rtt_ms", "token", "topk_ratio",
                 "figures", "batch_size", "seed", "data_seed", "retry_budget_s", "aggregator", "byzantine", "attack", "update_clip"},
     "serve": {"serve", "workers", "steps", "update", "round_deadline_s", "min_workers", "max_staleness",
               "max_body_bytes", "port", "token", "seed", "verbose", "checkpoint_dir", "checkpoint_every", "resume",
@@ -308,7 +308,7 @@ def build_parser():
     parser.add_argument("--rtt-ms", type=non_negative_float, default=DEFAULT_RTT_MS,
                         help="模型化的往返时间 modeled round-trip time between worker and server, ms "
                              "(default %(default)s)")
-    parser.add_argument("--relay", action="store_true", help="再训练一次，每个工作者经过本机中继 relay（§5.12）(default %(default)s)")
+    add_relay_flags(parser)               # --relay, --relay-links (swarm_flags.py)
     parser.add_argument("--port", type=PORT, default=0,
                         help="--serve：端口 port; 0 = 系统挑一个空闲的 a free one (default %(default)s)")
     parser.add_argument("--token", type=token, default=None,
@@ -398,7 +398,7 @@ def parse_args(argv=None):
             args.worker_tokens = read_token_file(args.token_file)
         except (OSError, ValueError) as error:     # OSError: strerror alone, its path can fill a line
             parser.error(f"--token-file: {getattr(error, 'strerror', None) or error}")
-    return args
+    return check_relay_links(parser, args)
 
 
 def main(argv=None):

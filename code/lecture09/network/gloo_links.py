@@ -21,12 +21,15 @@ class GlooLinks:
         self.bytes_sent = collections.Counter()     # dst -> bytes of the tensors sent
         self._pending = []                          # (isend work, its buffer) until flush()
 
-    def send(self, tensor, dst):
-        """torch.distributed.send of tensor to dst behind the emulated link; its arrival time."""
+    def send(self, tensor, dst, at=None):
+        """torch.distributed.send of tensor to dst behind the emulated link; its arrival time.
+        at: the send's time stamp (the moment its cause happened on the emulated timeline,
+        e.g. the model arrival of the message it waited for; emulator.py's stamped mode), so
+        a rank's wake-up lateness does not pile up along a chain; None: the clock now."""
         import torch
         import torch.distributed as dist
         nbytes = tensor.numel() * tensor.element_size()
-        start = max(self.clock(), self._link_free[dst])
+        start = max(self.clock() if at is None else at, self._link_free[dst])
         if self.shared_uplink:
             start = max(start, self._uplink_free)
         done = start + 8 * nbytes / self.bandwidth_bps[self.rank][dst]

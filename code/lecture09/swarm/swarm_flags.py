@@ -77,3 +77,44 @@ def read_token_file(path):
     if not pairs:
         raise ValueError(f"{name}: no `worker_id token` lines")
     return tuple(pairs)
+
+
+RELAY_LINKS_HELP = ("每个工作者自己的中继链路，逗号隔开，一个工作者一个 RTT_MS:MB_S[:DOWN_MB_S]（RTT 0-60000 ms，"
+                    "MB/s > 0；不给 DOWN 时下行 = 上行；隐含 --relay）per-worker relay links, e.g. 50:10,400:1 "
+                    "(default: none)")
+MAX_RTT_MS = 60_000.0
+
+
+def relay_links(text):
+    """--relay-links "RTT_MS:MB_S[:DOWN_MB_S],...": ((rtt ms, up MB/s, down MB/s), ...), one per
+    worker; MB = 10^6 bytes. Refused (one line) unless 0 <= RTT <= 60 s and every rate > 0."""
+    import math
+    links = []
+    for part in text.split(","):
+        try:
+            values = [float(field) for field in part.strip().split(":")]
+        except ValueError:
+            values = []
+        if (len(values) not in (2, 3) or not all(math.isfinite(v) for v in values)
+                or not 0 <= values[0] <= MAX_RTT_MS or min(values[1:]) <= 0):
+            shown = part.strip() if len(part.strip()) <= 12 else part.strip()[:9] + "..."
+            raise argparse.ArgumentTypeError(f"要 RTT_MS:MB_S[:DOWN_MB_S], got {shown!r}")
+        links.append((values[0], values[1], values[-1]))
+    return tuple(links)
+
+
+def add_relay_flags(parser):
+    """Code 6's --relay and --relay-links (the script is at its line limit: they live here)."""
+    parser.add_argument("--relay", action="store_true",
+                        help="再训练一次，每个工作者经过本机中继 relay（§5.12）(default %(default)s)")
+    parser.add_argument("--relay-links", type=relay_links, metavar="LINKS", help=RELAY_LINKS_HELP)
+
+
+def check_relay_links(parser, args):
+    """After --quick: one link per worker (or refuse, exit 2); --relay-links implies --relay. Returns args."""
+    if getattr(args, "relay_links", None):
+        if len(args.relay_links) != args.workers:
+            parser.error(f"--relay-links 给了 {len(args.relay_links)} 条链路，--workers 是 {args.workers} "
+                         f"(one link per worker)")
+        args.relay = True
+    return args

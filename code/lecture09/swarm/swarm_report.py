@@ -73,7 +73,7 @@ class SwarmResult:
 def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none", relay_link=None):
     """Train once with one server and len(pool) worker processes; returns a SwarmResult.
     liar_attack: what the last worker sends instead of its gradient (WIRE_ATTACKS; §8).
-    relay_link: a Link; each worker then talks to the server through its own loopback relay
+    relay_link: a Link, or one per worker; each worker then talks to the server through its own relay
     (network/http_relay.py: RTT / 2 each way, the link's up- and downlink rates; §5.12)."""
     from lecture01.tiny_gpt import bits_per_char
     from lecture09.swarm.swarm_http import RunningServer
@@ -84,8 +84,9 @@ def run_swarm(pool, server_config, worker_config, val_tokens, liar_attack="none"
         if relay_link is not None:
             from lecture09.network.http_relay import Relay
             port = int(server.url.rsplit(":", 1)[1])
-            relays = [Relay(port, relay_link.rtt_ms / 2e3, relay_link.uplink_mbyte_per_s * 1e6,
-                            relay_link.downlink_mbyte_per_s * 1e6) for _ in pool]
+            links = relay_link if isinstance(relay_link, (list, tuple)) else [relay_link] * len(pool)
+            relays = [Relay(port, link.rtt_ms / 2e3, link.uplink_mbyte_per_s * 1e6,
+                            link.downlink_mbyte_per_s * 1e6) for link in links]
         sent_s = time.perf_counter()
         for worker_id, process in enumerate(pool):
             attack = liar_attack if worker_id == len(pool) - 1 else worker_config.attack
