@@ -269,9 +269,10 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None, 
                 raise _BudgetSpent
             new_compute = max(compute, c_ps)
             new_cuts = [max(a, b) for a, b in zip(cuts, links)] if cuts else list(links)
+            bound = new_compute + sum(new_cuts)
             if on_bound is not None:
-                on_bound(seqs(chosen + [k]), new_compute + sum(new_cuts), None)
-            if new_compute + sum(new_cuts) >= best[0]:
+                on_bound(seqs(chosen + [k]), bound, None)
+            if bound >= best[0]:
                 pruned[0] += 1
                 continue
             if any(left[c] < combo.count(c) for c in set(combo)):
