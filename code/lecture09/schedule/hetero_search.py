@@ -53,8 +53,10 @@ def genetic(cost, budget, seeds, population=6, local_iters=1000):
     """Demo 1's hybrid genetic search, region-aware, `seeds` runs of `budget` evaluations."""
     runs, used = [], 0
     for seed in range(seeds):
+        cost.begin_run("genetic")
         result, n = _calls(cost, lambda: genetic_search(cost, seed, population=population,
                                                          max_evaluations=budget, local_iters=local_iters))
+        cost.end_run()
         order = tuple(result.assignment[(k // cost.n_replicas, k % cost.n_replicas)]
                       for k in range(cost.n_stages * cost.n_replicas))
         runs.append((round(result.cost * PS_PER_S), order))
@@ -138,6 +140,7 @@ def graph_partition(cost, budget, seeds):
     for seed in range(seeds):
         rng = random.Random(seed)
         seed_best = nothing
+        cost.begin_run("graph")
         for groups_are in ("pipelines", "stages"):
             start = cost.calls
             if groups_are == "pipelines":   # D_DP groups of D_PP cards: each group one pipeline
@@ -150,6 +153,7 @@ def graph_partition(cost, budget, seeds):
             order, total = _trade_inside_regions(cost, order, total, budget // 2 - (cost.calls - start))
             used += cost.calls - start
             seed_best = min(seed_best, (total, tuple(order)))
+        cost.end_run()
         runs.append(min(seed_best[0], INFEASIBLE_PS) / PS_PER_S)
         best = min(best, seed_best)
     return SearchResult("graph", best[1], min(best[0], INFEASIBLE_PS), used, tuple(runs))
@@ -225,6 +229,7 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None, 
     left = [len(c) for c in classes]
     nodes, pruned = [0], [0]
     seqs = lambda chosen: tuple(candidates[k][3] for k in chosen)   # noqa: E731
+    cost.begin_run("optimum" if every_partition else "enumeration")
 
     def price(chosen):
         pools = [list(c) for c in classes]
@@ -288,6 +293,7 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None, 
         extend([], 0, [])
     except _BudgetSpent:
         finished = False
+    cost.end_run()
     name = "optimum" if every_partition else "enumeration"
     if best[1] is None:   # nothing fits: any order stands for "infeasible"
         best[1] = tuple(range(p * r_count))
