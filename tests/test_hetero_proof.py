@@ -165,8 +165,9 @@ def test_every_bound_the_enumeration_uses_is_at_most_the_best_completion(worlds,
     """The proof's invariant: each bound the search compares with its best (a candidate
     pipeline's own, a multiset of pipelines') is at most the least true total of any layout
     that holds those pipelines, found by brute force; at a leaf, the bound of one order and
-    split is at most that layout's total. On a complete layout it is compute + PIPELINE exactly (DATAP-COST left out, the only slack), so it is
-    the total itself when there is one replica: the bound is tight by design."""
+    split is at most that layout's total. On a complete layout it is compute + PIPELINE
+    exactly (DATAP-COST left out, the only slack), so it is the total itself when there is
+    one replica: the bound is tight by design."""
     checked = tight = 0
     for seed, (cost, _, _, layouts) in worlds.items():
         classes = hetero_search.device_classes(cost)
