@@ -76,3 +76,52 @@ def test_the_other_mixes_the_notes_quote():
     assert genetic[0] == "17.92" and genetic[2] == "50.91" and genetic[-1] == "0/24"
     small = run_script(SCRIPT, "--demo", "3", "--memory-gb", "t4=6")
     assert printed_row(small, "混合卡上找到的最好")[-1] == "0/24"
+
+
+def test_figure_5_4s_caption_is_the_recorded_runs(section):
+    """图 5.4 (fig09_05_demo3_convergence.svg) is drawn from each search run's best so far;
+    its caption quotes where those runs reach their bests and stop: the same default run,
+    recorded in this process (what --figures records)."""
+    from lecture09.schedule.hetero_cost import HeteroSetup
+    from lecture09.schedule.hetero_figures import curves
+    from lecture09.schedule.hetero_study import study
+
+    r = study(HeteroSetup(record=True))
+    caption = flat(section[section.index("**图 5.4**"):].split("\n")[0])
+
+    def runs(inst, name):
+        return [c for c in curves(inst.cost) if c.search == name]
+
+    def reached(c):   # the evaluation where the run first had its final best
+        return next(n for n, t in c.points if t == c.points[-1][1])
+
+    small, large = r.small, r.large
+    opt, = runs(small, "optimum")
+    assert flat(f"虚线是证明过的最优 {small.best.total:.2f} 秒") in caption
+    assert flat(f"第 {reached(opt)} 次计算找到 {opt.points[-1][1]:.2f} 秒，之后到第 {opt.length} 次") in caption
+    enum, = runs(small, "enumeration")
+    genetic = runs(small, "genetic")
+    assert small.results["enumeration"].finished
+    assert len({f"{c.points[-1][1]:.2f}" for c in genetic + [enum]}) == 1
+    steps = sorted(reached(c) for c in genetic)
+    assert flat(f"剪枝枚举第 {reached(enum)} 次、遗传算法三个种子在第 {steps[0]}–{steps[-1]} 次都到了 "
+                f"{enum.points[-1][1]:.2f} 秒") in caption
+    after = min(c.length - reached(c) for c in genetic)
+    assert 1800 <= after < 1900 and "又算了1,800多次也没变好" in caption
+    graph = runs(small, "graph")
+    assert {(c.length, f"{c.points[-1][1]:.2f}") for c in graph} == {(20, "69.20")}
+    assert "图划分每个种子20次就停在69.20秒" in caption
+    enum, = runs(large, "enumeration")
+    assert flat(f"虚线是三者里最好的 {large.best.total:.2f} 秒") in caption
+    assert flat(f"剪枝枚举第 1 次计算就是 {enum.points[0][1]:.2f} 秒、第 {reached(enum)} 次到 "
+                f"{enum.points[-1][1]:.2f} 秒") in caption and enum.points[0][0] == 1
+    graph = runs(large, "graph")
+    best = f"{large.best.total:.2f}"
+    hit = [c for c in graph if f"{c.points[-1][1]:.2f}" == best]
+    assert len({c.length for c in graph}) == 1 and len(hit) == 1
+    assert flat(f"图划分三个种子各 {graph[0].length} 次，只有一个到了 {best} 秒（第 {reached(hit[0])} 次）") in caption
+    genetic = runs(large, "genetic")
+    assert min(c.points[0][1] for c in genetic) > 200 and "从200秒以上开始" in caption
+    assert all(18_500 <= c.length <= 19_500 for c in genetic)
+    ends = sorted(c.points[-1][1] for c in genetic)
+    assert flat(f"约 19,000 次以后停在 {ends[0]:.2f}–{ends[-1]:.2f} 秒") in caption

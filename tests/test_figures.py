@@ -23,12 +23,14 @@ from conftest import LECTURE09, ROOT, SWEEP_TIER, load_script, main_quietly, sha
 FIGURES = ROOT / "lectures" / "lecture09" / "figures"
 CAPTIONS = FIGURES / "CAPTIONS.md"
 
-# script: (the arguments that drew the committed figures, the files)
+# the command that drew the committed figures: (script, its arguments, the files)
 ARITHMETIC = {
-    "01_collectives.py": (("--demo", "4"), ("fig09_01_allreduce_time.svg",)),
-    "03_memory_zero.py": (("--demo", "2"), ("fig09_03_zero_memory.svg",)),
-    "04_pipeline.py": (("--demo", "1"), ("fig09_04_schedules.svg", "fig09_04_bubble.svg")),
-    "05_decentralized.py": (("--demo", "1"), ("fig09_05_regions_optimum.svg", "fig09_05_random_layouts.svg")),
+    "01_collectives.py": ("01_collectives.py", ("--demo", "4"), ("fig09_01_allreduce_time.svg",)),
+    "03_memory_zero.py": ("03_memory_zero.py", ("--demo", "2"), ("fig09_03_zero_memory.svg",)),
+    "04_pipeline.py": ("04_pipeline.py", ("--demo", "1"), ("fig09_04_schedules.svg", "fig09_04_bubble.svg")),
+    "05_decentralized.py": ("05_decentralized.py", ("--demo", "1"),
+                            ("fig09_05_regions_optimum.svg", "fig09_05_random_layouts.svg")),
+    "05_decentralized.py --demo 3": ("05_decentralized.py", ("--demo", "3"), ("fig09_05_demo3_convergence.svg",)),
 }
 # script: the files its --quick --figures run writes (trained and measured ones included)
 QUICK_FILES = {
@@ -57,9 +59,14 @@ def redraw(script, argv, directory):
 
 # --- byte for byte ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", sorted(ARITHMETIC))
-def test_arithmetic_figures_are_the_committed_bytes(script, tmp_path):
-    argv, files = ARITHMETIC[script]
+# demo 3 searches for about 5 CPU-seconds: its bytes are checked in the sweep tier (CI runs
+# it); the five-minute part draws its figure from a quick study (test_demo3_convergence_...)
+SWEPT = {"05_decentralized.py --demo 3"}
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=SWEEP_TIER if c in SWEPT else ()) for c in sorted(ARITHMETIC)])
+def test_arithmetic_figures_are_the_committed_bytes(command, tmp_path):
+    script, argv, files = ARITHMETIC[command]
     redraw(script, argv, tmp_path)
     for name in files:
         assert (tmp_path / name).read_bytes() == (FIGURES / name).read_bytes(), \
@@ -246,11 +253,45 @@ def test_every_committed_figure_has_its_caption_and_alt_text():
     committed = sorted(p.name for p in FIGURES.glob("*.svg"))
     assert sorted(entries) == committed
     assert len(committed) >= 12
-    every_file = {name for files in QUICK_FILES.values() for name in files}
+    arithmetic = {name for _, _, files in ARITHMETIC.values() for name in files}
+    every_file = {name for files in QUICK_FILES.values() for name in files} | arithmetic
     assert set(committed) <= every_file                     # each drawn by a script's --figures
-    assert {name for _, files in ARITHMETIC.values() for name in files} <= set(committed)
-    arithmetic = {name for _, files in ARITHMETIC.values() for name in files}
+    assert arithmetic <= set(committed)
     for name, fields in entries.items():
         assert {"section", "drawn by", "kind", "alt", "caption"} <= set(fields), (name, fields)
         assert fields["kind"].startswith("arithmetic" if name in arithmetic else ("trained", "measured")), name
         assert re.search(r"[\u4e00-\u9fff]", fields["caption"]) and len(fields["alt"]) > 20, name
+
+
+# --- demo 3's convergence (code 5, §5.11) -------------------------------------------------
+
+def test_demo3_convergence_curves_are_the_searches_own_runs(tmp_path):
+    """Each curve is one run of one search as HeteroCost recorded it: a run per seed (one per
+    enumeration), the runs' evaluations add up to the printed count, each curve only falls,
+    and the best curve of a search ends on that search's printed total. Recording is off
+    unless asked (demo 3's default run does no extra work). Drawn without the small instance
+    (as when nothing fits it; with it, the sweep tier compares the committed bytes)."""
+    import dataclasses
+    from lecture09.schedule import hetero_figures
+    from lecture09.schedule.hetero_cost import HeteroSetup
+    from lecture09.schedule.hetero_study import study
+    from lecture09.schedule.schedule_setup import ScheduleSetup
+
+    base = ScheduleSetup(n_random=20, restarts=2, genetic_population=3, genetic_local_iters=100)
+    hetero = HeteroSetup(base=base, budget=400, small_budget=450, seeds=2)   # 450: 4 x 101 on the small one
+    assert hetero.record is False
+    r = study(dataclasses.replace(hetero, record=True))
+    for inst in (r.small, r.large):
+        curves = hetero_figures.curves(inst.cost)
+        for name, result in inst.results.items():
+            mine = [c for c in curves if c.search == name]
+            assert len(mine) == (hetero.seeds if name in ("genetic", "graph") else 1), name
+            assert sum(c.length for c in mine) == result.evaluations, name
+            for c in mine:
+                xs, ys = zip(*c.points)
+                assert list(xs) == sorted(set(xs)) and xs[-1] <= c.length
+                assert all(a > b for a, b in zip(ys, ys[1:])), name
+            raw = [run for run in inst.cost.runs if run[0] == name]
+            assert min(run[2][-1][1] for run in raw) == result.total_ps, name
+    hetero_figures.draw(tmp_path, {"demo3": dataclasses.replace(r, small=None)})   # both panels: the sweep's bytes
+    ET.fromstring((tmp_path / hetero_figures.FILE).read_bytes())

@@ -155,7 +155,7 @@ def parse_args(argv=None):
     p.add_argument("--demo", choices=("1", "2", "3", "all") + NETWORK_DEMOS, default="all",
                    help="跑哪个演示 which demo；all = 1 和 2；3、executed、emulator、time 只在点名时跑 (default all)")
     p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
-    add_figures_flag(p)                 # fig09_05_*.svg (demos 1 and 2)
+    add_figures_flag(p)                 # fig09_05_*.svg (demos 1, 2 and 3)
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--net-seed", type=non_negative_int, default=s.net_seed,
                     help="随机网络的种子 seed of the random network (default %(default)s)")

@@ -50,7 +50,7 @@ def hetero_setup(parser, args, schedule, given, demo3_dests):
         return None
     memory = args.memory_gb or {}
     hetero = HeteroSetup(base=schedule, mix=args.mix, memory_gb=tuple(sorted(memory.items())),
-                         budget=args.hetero_budget)
+                         budget=args.hetero_budget, record=bool(args.figures))   # --figures: the convergence
     if args.quick:
         hetero = replace(hetero, **QUICK)
     least = schedule.genetic_population * (schedule.genetic_local_iters + 1)

@@ -47,6 +47,7 @@ class HeteroSetup:
     memory_gb: tuple = ()             # ((card, GB), ...): a card's memory replaced (--memory-gb)
     utilisation: float = UTILISATION
     budget: int = 20000               # cost evaluations per search run: demo 1's genetic budget
+    record: bool = False              # keep each search run's best so far (--figures: the convergence)
     seeds: int = 3                    # runs per search (genetic and graph partitioning)
     small_budget: int = 2000          # the same on the small instance
     small_layers: int = 4             # the instance small enough to prove: 2 stages x 3 replicas,
@@ -120,6 +121,22 @@ class HeteroCost:
         self._balanced, self._shared = {}, {}
         self.calls = 0
         self.evaluations = 0   # what genetic_search adds its count to
+        self.runs = None       # a list when recording: [name, first call, [(evaluations, best ps)], length]
+        #                        (length None while the run goes on)
+
+    # --- each search run's best so far (the convergence figure; off unless asked) ---------
+    def begin_run(self, name):
+        if self.runs is not None:
+            self.runs.append([name, self.calls, [], None])
+
+    def end_run(self):
+        if self.runs:
+            self.runs[-1][3] = self.calls - self.runs[-1][1]
+
+    def _seen(self, total):
+        name, first, points, length = self.runs[-1]
+        if length is None and (not points or total < points[-1][1]):
+            points.append((self.calls - first, total))
 
     # --- the layer load balancer (Metis' and HexiScale's uneven stages) ------------------
     def balance(self, chain):
@@ -200,16 +217,20 @@ class HeteroCost:
 
     def total_ps(self, order, partitions):
         terms = self.terms_ps(order, tuple(map(tuple, partitions)))
-        return INFEASIBLE_PS if terms is None else sum(terms)
+        total = INFEASIBLE_PS if terms is None else sum(terms)
+        if self.runs:
+            self._seen(total)
+        return total
 
     def cost_ps(self, order, spread=None):
         """The searches' objective: the order priced with the balancer's partitions."""
         terms = self.terms_ps(order, self.balanced_partitions(order), spread)
-        if terms is None:
-            if spread is not None:
-                spread.append(INFEASIBLE_PS)
-            return INFEASIBLE_PS
-        return sum(terms)
+        if terms is None and spread is not None:
+            spread.append(INFEASIBLE_PS)
+        total = INFEASIBLE_PS if terms is None else sum(terms)
+        if self.runs:
+            self._seen(total)
+        return total
 
     def breakdown(self, order, partitions=None):
         partitions = self.balanced_partitions(order) if partitions is None else tuple(map(tuple, partitions))

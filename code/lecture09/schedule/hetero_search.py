@@ -36,6 +36,7 @@ class SearchResult:
     finished: bool = True   # enumerations: searched everything their bound allows
     nodes: int = 0        # enumerations: candidate pipelines bounded (their effort beside evaluations)
     partitions: tuple = None   # layers per stage per replica; None: the balancer's
+    pruned: int = 0       # enumerations: branches cut by the bound (what the pruning saved)
 
     @property
     def total(self):
@@ -52,8 +53,10 @@ def genetic(cost, budget, seeds, population=6, local_iters=1000):
     """Demo 1's hybrid genetic search, region-aware, `seeds` runs of `budget` evaluations."""
     runs, used = [], 0
     for seed in range(seeds):
+        cost.begin_run("genetic")
         result, n = _calls(cost, lambda: genetic_search(cost, seed, population=population,
                                                          max_evaluations=budget, local_iters=local_iters))
+        cost.end_run()
         order = tuple(result.assignment[(k // cost.n_replicas, k % cost.n_replicas)]
                       for k in range(cost.n_stages * cost.n_replicas))
         runs.append((round(result.cost * PS_PER_S), order))
@@ -137,6 +140,7 @@ def graph_partition(cost, budget, seeds):
     for seed in range(seeds):
         rng = random.Random(seed)
         seed_best = nothing
+        cost.begin_run("graph")
         for groups_are in ("pipelines", "stages"):
             start = cost.calls
             if groups_are == "pipelines":   # D_DP groups of D_PP cards: each group one pipeline
@@ -149,6 +153,7 @@ def graph_partition(cost, budget, seeds):
             order, total = _trade_inside_regions(cost, order, total, budget // 2 - (cost.calls - start))
             used += cost.calls - start
             seed_best = min(seed_best, (total, tuple(order)))
+        cost.end_run()
         runs.append(min(seed_best[0], INFEASIBLE_PS) / PS_PER_S)
         best = min(best, seed_best)
     return SearchResult("graph", best[1], min(best[0], INFEASIBLE_PS), used, tuple(runs))
@@ -205,21 +210,26 @@ def _partitions(cost, chain):
     return sorted(splits)
 
 
-def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None):
+def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None, on_bound=None):
     """Pipelines chosen one replica at a time, as a multiset (replicas are interchangeable)
     of class sequences, cheapest first, pruned by a bound no completion can beat: the
     slowest chosen pipeline's compute (the balancer's, the least any split gives) plus each
     cut's slowest chosen link (DATAP-COST >= 0). At a leaf the devices are placed and the
     layers split by the balancer (Metis' manner), or, with every_partition, in every way
     that fits memory (the proven optimum). Stops after `budget` evaluations or `max_nodes`
-    candidates bounded (finished=False: the best found, not proven)."""
+    candidates bounded (finished=False: the best found, not proven).
+    on_bound(pipelines, bound, layout): every bound the search compares with its best, for
+    the tests' invariant: pipelines, the class sequences it holds for; layout, (order,
+    partitions) when the bound is of one complete layout (compute + PIPELINE exactly)."""
     classes = device_classes(cost)
     candidates = _pipeline_candidates(cost, classes)
     p, r_count = cost.n_stages, cost.n_replicas
     start = cost.calls
     best = [INFEASIBLE_PS, None, None]
     left = [len(c) for c in classes]
-    nodes = [0]
+    nodes, pruned = [0], [0]
+    seqs = lambda chosen: tuple(candidates[k][3] for k in chosen)   # noqa: E731
+    cost.begin_run("optimum" if every_partition else "enumeration")
 
     def price(chosen):
         pools = [list(c) for c in classes]
@@ -230,9 +240,18 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None):
         else:
             options = [_partitions(cost, chain) for chain in chains]
         pp = sum(max(candidates[k][2][c] for k in chosen) for c in range(p - 1))
+        if on_bound is not None and not every_partition:
+            parts = tuple(option[0][1] for option in options)
+            slowest = max(n * cost.layer_ps[d] for chain, split in zip(chains, parts) for n, d in zip(split, chain))
+            on_bound(seqs(chosen), round(slowest * cost.bubble) + pp, (tuple(order), parts))
         for combo in itertools.product(*options):
-            if every_partition and round(max(t for t, _ in combo) * cost.bubble) + pp >= best[0]:
-                continue
+            if every_partition:
+                bound = round(max(t for t, _ in combo) * cost.bubble) + pp
+                if on_bound is not None:
+                    on_bound(seqs(chosen), bound, (tuple(order), tuple(parts for _, parts in combo)))
+                if bound >= best[0]:
+                    pruned[0] += 1
+                    continue
             if budget is not None and cost.calls - start >= budget:
                 raise _BudgetSpent
             total = cost.total_ps(order, [parts for _, parts in combo])
@@ -245,14 +264,21 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None):
             return
         for k in range(chosen[-1] if chosen else 0, len(candidates)):
             own, c_ps, links, combo = candidates[k]
+            if on_bound is not None:
+                on_bound((combo,), own, None)
             if own >= best[0]:
+                pruned[0] += 1
                 break   # every later candidate's own bound is at least this one's
             nodes[0] += 1
             if max_nodes is not None and nodes[0] > max_nodes:
                 raise _BudgetSpent
             new_compute = max(compute, c_ps)
             new_cuts = [max(a, b) for a, b in zip(cuts, links)] if cuts else list(links)
-            if new_compute + sum(new_cuts) >= best[0]:
+            bound = new_compute + sum(new_cuts)
+            if on_bound is not None:
+                on_bound(seqs(chosen + [k]), bound, None)
+            if bound >= best[0]:
+                pruned[0] += 1
                 continue
             if any(left[c] < combo.count(c) for c in set(combo)):
                 continue
@@ -267,8 +293,9 @@ def enumerate_layouts(cost, budget=None, every_partition=False, max_nodes=None):
         extend([], 0, [])
     except _BudgetSpent:
         finished = False
+    cost.end_run()
     name = "optimum" if every_partition else "enumeration"
     if best[1] is None:   # nothing fits: any order stands for "infeasible"
         best[1] = tuple(range(p * r_count))
     return SearchResult(name, best[1], best[0], cost.calls - start, (best[0] / PS_PER_S,), finished,
-                        min(nodes[0], max_nodes or nodes[0]), best[2] if every_partition else None)
+                        min(nodes[0], max_nodes or nodes[0]), best[2] if every_partition else None, pruned[0])

@@ -99,8 +99,10 @@ def small_world(hetero, net):
 
 
 def _cost(hetero, net, cards, setup, n_layers):
-    return HeteroCost(net, cards, setup, setup.n_stages, setup.n_replicas, n_layers, hetero.utilisation,
+    cost = HeteroCost(net, cards, setup, setup.n_stages, setup.n_replicas, n_layers, hetero.utilisation,
                       dict(hetero.memory_gb))
+    cost.runs = [] if hetero.record else None   # --figures: each run's best so far
+    return cost
 
 
 def _searches(hetero, cost, budget, population, local_iters):
