@@ -11,6 +11,7 @@ from conftest import LECTURE09, SWEEP_TIER, assert_one_line_status_2, load_scrip
 from dataclasses import replace
 
 from lecture09.compress import local_sgd, slow_network as sn, slow_network_report as rep
+from lecture09.compress import slow_network_lowcomm as lc, sparseloco, streaming_diloco
 from lecture09.compress.training import Run, Seeds, TrainSetup, train_simulated
 from lecture09.network.emulator import LinkEmulator, TimeScale
 from lecture09.schedule.schedule_setup import ScheduleSetup, build_networks
@@ -59,6 +60,63 @@ def test_the_exchange_by_hand():
     assert ex.compute_s == pytest.approx(0.040, abs=1e-4)
 
 
+def test_timed_streaming_is_streaming_diloco():
+    """The timer only watches: both clocks see streaming_diloco.train's own run (same bpc, bit
+    for bit, same bytes); the control waits at least as long, on the same compute."""
+    setup, run = short(4), Run("s", "streaming-diloco", "none", param=(4, 2, 1))
+    over, blocked = lc.train_timed_streaming(run, Seeds(), setup, NET, DEVICES, SCALE, 2,
+                                             eval_windows=tiny_gpt.EVAL_WINDOWS)
+    untimed = streaming_diloco.train(run, Seeds(), setup)
+    assert over.bpc == blocked.bpc == untimed.bpc and over.curve[-1][2] == over.bpc
+    assert over.bytes_per_element == blocked.bytes_per_element == untimed.bytes_per_element == 1.0
+    assert over.job_compute_s == blocked.job_compute_s and over.job_network_s < blocked.job_network_s
+    assert [step for step, _, _ in over.curve] == [2, 4]
+
+
+def test_timed_sparseloco_is_sparselocos_update():
+    """SparseLoCo's timed row takes sparseloco's own exchange and outer step: with the network
+    removed (the untimed trainer) the same bpc, bit for bit; the wire tensors that cross the
+    links (int16 indices, codes packed 4 a byte, the lookup) weigh what sent_bytes says."""
+    setup, run = short(4), Run("sp", "sparseloco", "none", param=(2, 32, 64, 2))
+    timed = lc.train_timed_sparseloco(run, Seeds(), setup, NET, DEVICES, SCALE, 2, eval_windows=tiny_gpt.EVAL_WINDOWS)
+    untimed = sparseloco.train(run, Seeds(), setup)
+    assert timed.bpc == untimed.bpc
+    assert timed.bytes_per_element == pytest.approx(untimed.bytes_per_element, rel=1e-12)
+
+
+def test_two_bit_codes_are_packed_four_to_a_byte():
+    packed = sparseloco.pack_2bit(torch.tensor([1, 2, 3, 0, 1]))
+    assert packed.dtype == torch.uint8 and packed.tolist() == [1 + (2 << 2) + (3 << 4), 1]
+
+
+def overlapped(step_s, overlap, tau=2):
+    """4 devices, every link 1 ms and 8 Mbit/s; after one step each worker sends a fragment of
+    1000 bytes to its 3 peers (shared uplink: one after another, the last lands 3 + 1 = 4 ms
+    after the send); it is applied after tau more steps of step_s seconds."""
+    n = 4
+    emu = LinkEmulator([[1e-3] * n for _ in range(n)], [[8e6] * n for _ in range(n)])
+    ex = lc.OverlappedExchange(emu, list(range(n)), overlap)
+    ex.compute(step_s)
+    ex.send(1 + tau, [torch.zeros(250) for _ in range(n)])
+    for _ in range(tau):
+        ex.compute(step_s)
+    ex.wait(1 + tau)
+    return ex
+
+
+def test_overlap_hides_what_fits_behind_compute():
+    hidden = overlapped(3e-3, True)            # 2 x 3 ms of compute > the 4 ms exchange
+    assert hidden.network_s == 0 and hidden.clock == pytest.approx(9e-3, abs=1e-12)
+    assert hidden.bytes_sent == 4 * 3 * 1000
+    partly = overlapped(1.5e-3, True)          # 3 ms of compute: 1 ms of the 4 is waited
+    assert partly.network_s == pytest.approx(1e-3, abs=1e-12)
+    assert partly.clock == pytest.approx(1.5e-3 + 4e-3, abs=1e-12)
+    control = overlapped(3e-3, False)          # no overlap: the whole exchange is waited
+    assert control.network_s == pytest.approx(4e-3, abs=1e-12)
+    assert control.clock == pytest.approx(9e-3 + 4e-3, abs=1e-12)
+    assert overlapped(3e-3, True, tau=0).network_s == pytest.approx(4e-3, abs=1e-12)
+
+
 def trun(curve, compute=10.0, network=30.0):
     return sn.TimedRun(("k",), 0, curve[-1][0], compute, network, 1e9, 4.0, curve[-1][2], tuple(curve), False)
 
@@ -90,6 +148,32 @@ def test_order_spread_and_observations_on_each_branch():
     lines = []
     rep.observations(same, 2.5, out=lines.append)
     assert "秒数和字节的排序一样" in "\n".join(lines)
+
+
+def streaming_rows(wait_s, wait_c, t_s, t_c, other=None):
+    s = rep.Row(rep.STREAMING.label, rep.STREAMING.key, 0.0, 1.56, (10.0,), (wait_s,), (2.2,), (t_s,),
+                (100.0,), (0.2,))
+    c = replace(s, label=rep.NO_OVERLAP.label, key=rep.NO_OVERLAP.key, network_s=(wait_c,), to_target=(t_c,))
+    return [row("fp32", 4.0, 900.0, 2.0, 100.0), *([other] if other else []), s, c]
+
+
+def overlap_text(rows):
+    lines = []
+    rep.overlap_observation(rows, rep.order(rows, "to_target"), 4, lines.append)
+    return "\n".join(lines)
+
+
+def test_the_overlap_observation_on_each_branch():
+    between = row("int8", 1.0, 500.0, 2.0, 100.0)
+    text = overlap_text(streaming_rows(0.0, 24.0, 400.0, 640.0, other=between))
+    assert "不重叠时每步等网络 24.0 秒，重叠后 0.0 秒（每片的交换在 τ 步计算里全部藏住）" in text
+    assert "到目标 400 秒对 640 秒，排到 int8 前面，对照在它们后面" in text and text.startswith(" 4. ")
+    text = overlap_text(streaming_rows(6.0, 24.0, 400.0, 450.0))
+    assert "重叠后 6.0 秒（藏住 75%" in text and "在秒数排序里没有越过别的行" in text
+    assert "重叠没有减少等待" in overlap_text(streaming_rows(24.0, 24.0, 400.0, 400.0))
+    assert "对照每步等网络 0.0 秒：网络不花时间" in overlap_text(streaming_rows(0.0, 0.0, 400.0, 400.0))
+    assert "两者到目标的情况一样（同一条 bpc 曲线）：未达到" in overlap_text(streaming_rows(6.0, 24.0, None, None))
+    assert overlap_text([row("fp32", 4.0, 900.0, 2.0, 100.0)]) == ""
 
 
 @SWEEP_TIER[0]

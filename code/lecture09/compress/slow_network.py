@@ -57,14 +57,25 @@ class EmulatedExchange:
     def step(self, grads, compute_s):
         """grads: one flat gradient per worker; compute_s: each worker's measured gradient
         seconds. Returns the average of what arrived."""
-        emu, devices, n = self.emu, self.devices, len(grads)
         decoded, parts, ready = [], [], []
         for w, g in enumerate(grads):
             t0 = time.perf_counter()
             d, p = self._encode(w, g)
             decoded.append(d)
             parts.append(p)          # the scheme's encoded tensors (name -> tensor)
-            ready.append(self.clock + compute_s[w] + time.perf_counter() - t0)
+            ready.append(compute_s[w] + time.perf_counter() - t0)
+        self.gather(parts, ready)
+        total = decoded[0].clone()
+        for d in decoded[1:]:
+            total.add_(d)
+        return total / len(grads)
+
+    def gather(self, parts, ready_s):
+        """Every worker's encoded tensors parts[w] to every other worker (an all-gather),
+        worker w ready ready_s[w] real seconds after the last exchange; the clock moves to
+        when the last tensor has arrived."""
+        emu, devices, n = self.emu, self.devices, len(parts)
+        ready = [self.clock + r for r in ready_s]
         for w in range(n):
             emu.device_clock[devices[w]] = ready[w]
         for w in range(n):          # every worker's tensors to every other worker (all-gather)
@@ -79,10 +90,6 @@ class EmulatedExchange:
         self.compute_s += compute
         self.network_s += end - self.clock - compute
         self.clock = end
-        total = decoded[0].clone()
-        for d in decoded[1:]:
-            total.add_(d)
-        return total / n
 
 
 def timed_worker_gradients(model, x, y, n_workers, bf16=False):
@@ -178,24 +185,28 @@ def train_timed(run, seeds, setup, net, devices, scale, eval_every, eval_windows
                     curve[-1][2] if curve and not diverged else float("nan"), tuple(curve), diverged)
 
 
-def train_timed_diloco(run, seeds, setup, net, devices, scale, eval_every, eval_windows=64):
+def train_timed_diloco(run, seeds, setup, net, devices, scale, eval_every, eval_windows=64, exchange=None,
+                       outer_lr=None, outer_momentum=None, inner_steps=None):
     """DiLoCo (compress/local_sgd.train's loop, H = run.param inner steps, its pseudo-gradient
     encoded by run.scheme) with each sync's encoded tensors on emulated links; a TimedRun.
     Between syncs the workers do not wait; a worker's compute is a quarter of the measured
-    inner step (local_sgd.inner_step runs the 4 one after another)."""
+    inner step (local_sgd.inner_step runs the 4 one after another). exchange, outer_lr,
+    outer_momentum, inner_steps: as local_sgd.train's (SparseLoCo: sparseloco.outer_loop);
+    such an exchange leaves what each worker sent in .wire, and that crosses the links."""
     import copy
     from lecture09.compress import local_sgd
 
     tiny_gpt.use_deterministic_threads()
     train_data, val_data = world_tokens(setup.world_seed)
-    r, n_workers, H = setup.recipe, setup.n_workers, run.param
+    r, n_workers, H = setup.recipe, setup.n_workers, inner_steps or run.param
     global_model = tiny_gpt.make_model(setup.model, seed=seeds.model)
     global_params = list(global_model.parameters())
-    outer = torch.optim.SGD(global_params, lr=setup.outer_lr, momentum=setup.outer_momentum,
-                            nesterov=setup.outer_momentum > 0)
+    lr_out = setup.outer_lr if outer_lr is None else outer_lr
+    momentum = setup.outer_momentum if outer_momentum is None else outer_momentum
+    outer = torch.optim.SGD(global_params, lr=lr_out, momentum=momentum, nesterov=momentum > 0)
     workers = [copy.deepcopy(global_model) for _ in range(n_workers)]
     inner = [tiny_gpt.make_adamw(w, r) for w in workers]
-    exchange = EmulatedExchange(run, setup, emulator_for(net, devices, scale), list(range(len(devices))))
+    emulated = EmulatedExchange(run, setup, emulator_for(net, devices, scale), list(range(len(devices))))
     gen = torch.Generator().manual_seed(seeds.data)
     curve, since_sync, diverged, steps = [], 0.0, False, 0
     for step in range(r.steps):
@@ -211,17 +222,22 @@ def train_timed_diloco(run, seeds, setup, net, devices, scale, eval_every, eval_
         if (step + 1) % H == 0 or step + 1 == r.steps:
             theta = torch.nn.utils.parameters_to_vector(global_params).detach()
             deltas = [theta - torch.nn.utils.parameters_to_vector(m.parameters()).detach() for m in workers]
-            pseudo_gradient = exchange.step(deltas, [since_sync] * n_workers)
+            if exchange is None:
+                pseudo_gradient = emulated.step(deltas, [since_sync] * n_workers)
+            else:
+                t0 = time.perf_counter()
+                pseudo_gradient, _ = exchange(deltas)
+                emulated.gather(exchange.wire, [since_sync + (time.perf_counter() - t0) / n_workers] * n_workers)
             since_sync = 0.0
             local_sgd.outer_step(global_params, pseudo_gradient, outer, workers)
         if (step + 1) % eval_every == 0:
-            curve.append((step + 1, scale.job_seconds(exchange.clock + since_sync),
+            curve.append((step + 1, scale.job_seconds(emulated.clock + since_sync),
                           tiny_gpt.bits_per_char(global_model, val_data, n_windows=eval_windows)))
     n = global_model.n_params()
     steps = max(1, steps)
-    per_step_bytes = exchange.bytes_sent / steps / n_workers
-    return TimedRun(run.key, seeds.model, steps, scale.job_seconds(exchange.compute_s) / steps,
-                    scale.job_seconds(exchange.network_s) / steps, per_step_bytes / scale.bytes,
+    per_step_bytes = emulated.bytes_sent / steps / n_workers
+    return TimedRun(run.key, seeds.model, steps, scale.job_seconds(emulated.compute_s) / steps,
+                    scale.job_seconds(emulated.network_s) / steps, per_step_bytes / scale.bytes,
                     per_step_bytes / (n_workers - 1) / n,
                     float("nan") if diverged else tiny_gpt.bits_per_char(global_model, val_data, n_windows=eval_windows),
                     tuple(curve), diverged)

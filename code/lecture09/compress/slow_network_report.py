@@ -8,13 +8,19 @@ from dataclasses import dataclass, replace
 
 from lecture01.console import print_header, print_table, print_wrapped
 from lecture09.compress.slow_network import calibrate, time_scale_for, train_timed, train_timed_diloco
+from lecture09.compress.slow_network_lowcomm import train_timed_sparseloco, train_timed_streaming
 from lecture09.compress.training import Run, Seeds
 from lecture09.schedule.schedule_setup import build_networks
 
+STREAMING = Run("Streaming H=10 F=2 τ=4", "streaming-diloco", "none", param=(10, 2, 4))
+NO_OVERLAP = Run("Streaming 不重叠（对照）", "streaming-no-overlap", "none", param=(10, 2, 4))
+SPARSELOCO = Run("SparseLoCo H=10", "sparseloco", "none", param=(10, 32, 64, 2))   # code 11's k, chunk, 2 bits
 ROWS = (Run("fp32", "adamw", "none"), Run("fp16", "adamw", "fp16"), Run("int8", "adamw", "int8"),
         Run("top-k+EF", "adamw", "topk", error_feedback=True), Run("sign+EF", "adamw", "sign", error_feedback=True),
-        Run("DiLoCo H=10", "diloco", "none", param=10), Run("DiLoCo H=10 int8", "diloco", "int8", param=10))
+        Run("DiLoCo H=10", "diloco", "none", param=10), Run("DiLoCo H=10 int8", "diloco", "int8", param=10),
+        STREAMING, NO_OVERLAP, SPARSELOCO)
 EVAL_EVERY = 10
+TRAINERS = {"diloco": train_timed_diloco, "sparseloco": train_timed_sparseloco}
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,14 @@ def run_rows(setup, schedule, seeds_list, target, step=lambda text: None):
     runs = {}
     for seeds in seeds_list:
         for run in ROWS:
+            if run is NO_OVERLAP:         # timed from STREAMING's own run: only the overlap removed
+                continue
             step(f"{run.label}，种子 seeds ({seeds.model}, {seeds.data})")
-            train = train_timed_diloco if run.optimizer == "diloco" else train_timed
+            if run is STREAMING:
+                both = train_timed_streaming(run, seeds, setup, net, devices, scale, EVAL_EVERY)
+                runs[(run.key, seeds)], runs[(NO_OVERLAP.key, seeds)] = both
+                continue
+            train = TRAINERS.get(run.optimizer, train_timed)
             runs[(run.key, seeds)] = train(run, seeds, setup, net, devices, scale, EVAL_EVERY)
     rows = []
     for run in ROWS:
@@ -125,7 +137,36 @@ def observations(rows, target, out=print_wrapped):
     else:
         out(f" {n}. 秒数和字节的排序一样：这张网上每步的秒数主要是等网络。")
         n += 1
+    n = overlap_observation(rows, by_s, n, out)
     out(f" {n}. 每个实测秒都已按时间比例换回 1.3B 任务的秒；计算是这台机器实测的（随负载变），通信是模拟链路上的。")
+
+
+def overlap_observation(rows, by_s, n, out):
+    """What Streaming DiLoCo's overlap hides, read off its row and its control (the same run
+    timed without the overlap); the next observation's number."""
+    found = {r.key: r for r in rows}
+    if STREAMING.key not in found or NO_OVERLAP.key not in found:
+        return n
+    s, c = found[STREAMING.key], found[NO_OVERLAP.key]
+    wait_s, wait_c = round(_mean(s.network_s), 1), round(_mean(c.network_s), 1)
+    same = f"{s.label} 和它的对照是同一次训练（同样 {s.job_gb:.2f} GB/步，bpc {fmt_spread(s.bpc, 3)}）"
+    if wait_c == 0:
+        out(f" {n}. 重叠 overlap：{same}；对照每步等网络 0.0 秒：网络不花时间，重叠没有可藏的。")
+        return n + 1
+    hidden = 100 * (wait_c - wait_s) / wait_c
+    how = ("每片的交换在 τ 步计算里全部藏住" if wait_s == 0 else "重叠没有减少等待" if wait_s >= wait_c else
+           f"藏住 {hidden:.0f}%，剩下的是交换（含排队）比 τ 步计算长出的部分")
+    t_s, t_c = _mean(s.to_target), _mean(c.to_target)
+    if t_s is None or t_c is None:        # the same bpc curve: both reach the target or neither
+        rank = f"两者到目标的情况一样（同一条 bpc 曲线）：{fmt_spread(s.to_target)}"
+    else:
+        passed = by_s[by_s.index(s.label) + 1:by_s.index(c.label)]
+        rank = f"到目标 {t_s:.0f} 秒对 {t_c:.0f} 秒，" + (
+            f"排到 {'、'.join(passed)} 前面，对照在它们后面：字节和 bpc 都一样，排序的这个差别只来自重叠"
+            if passed else "在秒数排序里没有越过别的行")
+    out(f" {n}. 重叠 overlap：{same}；不重叠时每步等网络 {wait_c:.1f} 秒，重叠后 {wait_s:.1f} 秒（{how}）；"
+        f"{rank}。")
+    return n + 1
 
 
 def print_time_demo(setup, schedule, seeds_list, target, step=lambda text: None):
@@ -135,6 +176,11 @@ def print_time_demo(setup, schedule, seeds_list, target, step=lambda text: None)
     print_wrapped(f"4 个工作者在演示 1 网络（种子 {schedule.net_seed}）的 4 个地区各一台；每步各自算梯度（实测），"
                   f"再把编码后的张量发给另外 3 个（all-gather，共享上行）。时间比例：小模型 1 秒计算 = 1.3B 任务 "
                   f"{1 / scale.time:.0f} 秒；1 个梯度元素代表 1.3B 的 1 个（字节比例 {scale.bytes:.2e}）。fp32 前向。")
+    (h_total, fragments, tau), (h_sparse, topk, chunk, _) = STREAMING.param, SPARSELOCO.param
+    print_wrapped(f"Streaming DiLoCo：模型切成 {fragments} 片，每 {h_total // fragments} 步轮到一片同步；一片发出后"
+                  f"工作者接着算 τ = {tau} 步才用到它，交换藏在这些计算后面（重叠 overlap）。'不重叠'一行是同一次训练"
+                  f"换一种计时：每片一发出就等它到齐（对照，只去掉重叠）。SparseLoCo：每 {h_sparse} 步，伪梯度"
+                  f"每块（{chunk}×{chunk}）只发最大的 {topk} 个，值 2 bit，没发的留在误差反馈里（代码 11 演示 4）。")
     seeds_text = "、".join(f"({s.model}, {s.data})" for s in seeds_list)
     print_wrapped(f"种子 seeds {seeds_text}；多个种子时是平均±半个范围（(最高−最低)/2）。目标 target：验证 bpc ≤ {target}。")
     print_table(["方案", "GB/步", "计算 秒", "等网络 秒", "等待", "bpc", "Δ bpc", "到目标 秒", "无网络 秒"],

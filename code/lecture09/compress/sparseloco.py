@@ -43,6 +43,12 @@ def dequantize_2bit(codes, lookup):
     return lookup[codes]
 
 
+def pack_2bit(codes):
+    """Codes 0..3 packed 4 to a byte (uint8, ceil(n / 4) bytes): what goes on the wire."""
+    c = torch.nn.functional.pad(codes.to(torch.uint8), (0, -codes.numel() % 4))
+    return c[0::4] | c[1::4] << 2 | c[2::4] << 4 | c[3::4] << 6
+
+
 def sent_bytes(shapes, topk, chunk, bits):
     """Bytes one worker sends per outer step for tensors of `shapes`: per tensor, every
     chunk's min(k, entries) pairs of (index, value of `bits` bits), packed, plus the lookup
@@ -71,22 +77,30 @@ class SparseExchange:
         self.bytes = sent_bytes(self.shapes, topk, chunk, bits)
 
     def encode(self, e, t):
-        """What one worker sends of its buffer e (one tensor), decoded: (chunks, per_chunk)."""
+        """What one worker sends of its buffer e (one tensor): (it decoded, the tensors on the
+        wire: the indices as int16 / int32, the values packed 4 codes a byte with their lookup,
+        or in fp32 when bits = 32; their bytes are sent_bytes's)."""
         coefs = t.encode(e)
         idx, val = top_per_chunk(coefs, self.topk)
+        wire = {"index": idx.to(torch.int16 if index_bytes(t.per_chunk) == 2 else torch.int32)}
         if self.bits == 2:
             codes, lookup = quantize_2bit(val.reshape(-1))
             val = dequantize_2bit(codes, lookup).view_as(val)
-        return t.decode(torch.zeros_like(coefs).scatter_(-1, idx, val))
+            wire.update(codes=pack_2bit(codes), lookup=lookup.float())
+        else:
+            wire["values"] = val.float()
+        return t.decode(torch.zeros_like(coefs).scatter_(-1, idx, val)), wire
 
     @torch.no_grad()
     def __call__(self, deltas):
         total = torch.zeros_like(deltas[0])
+        self.wire = [{} for _ in deltas]          # what each worker sent: tensor i -> its wire tensors
         for w, delta in enumerate(deltas):
             for i, part in enumerate(torch.split(delta, self.sizes)):
                 e = self.errors[w][i]
                 e.mul_(self.decay).add_(part.view(self.shapes[i]))
-                sent = self.encode(e, self.transforms[i])
+                sent, wire = self.encode(e, self.transforms[i])
+                self.wire[w].update({f"{i}.{name}": x for name, x in wire.items()})
                 e.sub_(sent)
                 offset = sum(self.sizes[:i])
                 total[offset:offset + self.sizes[i]] += sent.reshape(-1)
@@ -96,10 +110,15 @@ class SparseExchange:
 def train(run, seeds, setup):
     """Train setup.model with SparseLoCo, run.param = (H, top-k per chunk, chunk, bits);
     a RunResult (bytes per step: one worker's bytes per outer step / H, as DiLoCo's)."""
+    return local_sgd.train(run, seeds, setup, **outer_loop(run, seeds, setup))
+
+
+def outer_loop(run, seeds, setup):
+    """SparseLoCo as DiLoCo's loop with its own exchange and outer step: local_sgd.train's
+    keyword arguments (also compress/slow_network.train_timed_diloco's)."""
     from lecture01 import tiny_gpt
 
     h, topk, chunk, bits = run.param
     shapes = [tuple(p.shape) for p in tiny_gpt.make_model(setup.model, seed=seeds.model).parameters()]
     exchange = SparseExchange(shapes, setup.n_workers, topk, chunk, bits, setup.sparseloco_decay)
-    return local_sgd.train(run, seeds, setup, exchange=exchange, outer_lr=setup.sparseloco_lr,
-                           outer_momentum=0.0, inner_steps=h)
+    return dict(exchange=exchange, outer_lr=setup.sparseloco_lr, outer_momentum=0.0, inner_steps=h)

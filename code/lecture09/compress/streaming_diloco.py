@@ -80,10 +80,14 @@ def fragment_ranges(sizes, n_fragments, whole_tensors=False):
     return list(zip(starts, ends))
 
 
-def train(run, seeds, setup, whole_tensors=False, record=None):
+def train(run, seeds, setup, whole_tensors=False, record=None, timer=None):
     """Train setup.model with Streaming DiLoCo, run.param = (H, F, τ), outer lr / momentum
     and α = setup.fragment_alpha; a RunResult with the peak bytes too. record: a list that
-    gets a copy of the flat θ_global after every sync (for the reference test)."""
+    gets a copy of the flat θ_global after every sync (for the reference test). timer: an
+    object told what happens and when, never changing it (compress/slow_network_lowcomm.py):
+    .computed(real s of one worker's inner step), .send(sync step, every worker's encoded
+    tensors, real s one worker spent encoding), .wait(sync step) before a fragment is
+    applied, .step_done(step, fragments) after every step."""
     from lecture01 import tiny_gpt
 
     h_total, n_fragments, delay = run.param
@@ -109,7 +113,10 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
     for step in range(r.steps):
         lr = tiny_gpt.lr_at(step, r.steps, r.peak_lr)
         x, y = tiny_gpt.get_batch(train_data, r.batch_size, global_model.config.block_size, gen)
+        started_step = time.perf_counter()
         loss_sum = local_sgd.inner_step(workers, inner, x, y, lr, r.clip_norm, setup.precision == "bf16")
+        if timer is not None:             # the workers run one after another: one worker's share
+            timer.computed((time.perf_counter() - started_step) / n_workers)
         if not math.isfinite(loss_sum):
             diverged = True
             break
@@ -119,7 +126,8 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
         if done in events:                # send fragment k's pseudo-gradient; it lands τ steps later
             sync, k = events[done]
             a, b = ranges[k]
-            received, sent = None, 0
+            received, sent, every_parts = None, 0, []
+            started_send = time.perf_counter()
             for model in workers:
                 local = torch.nn.utils.parameters_to_vector(model.parameters()).detach()[a:b]
                 delta = fragments[k].detach() - local
@@ -127,12 +135,17 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
                 decoded = scheme.decode(parts, delta.shape, options)
                 received = decoded if received is None else received + decoded
                 sent = parts_bytes(parts)
+                every_parts.append(parts)
+            if timer is not None:
+                timer.send(sync, every_parts, (time.perf_counter() - started_send) / n_workers)
             total_bytes += sent
             peak_bytes = max(peak_bytes, sent)
             in_flight[sync] = received / n_workers
         if done in syncs_at:
             k = syncs_at[done]
             a, b = ranges[k]
+            if timer is not None:
+                timer.wait(done)
             outer.zero_grad(set_to_none=True)
             fragments[k].grad = in_flight.pop(done)
             outer.step()
@@ -143,6 +156,8 @@ def train(run, seeds, setup, whole_tensors=False, record=None):
                 torch.nn.utils.vector_to_parameters(flat, model.parameters())
             if record is not None:
                 record.append(torch.cat([f.detach() for f in fragments]).clone())
+        if timer is not None:
+            timer.step_done(done, fragments)
     if setup.final_sync and not diverged:
         last = {k: sync for _, sync, k in sync_events(r.steps, h_total, n_fragments, delay)}
         for k, (a, b) in enumerate(ranges):
