@@ -176,6 +176,14 @@ def test_the_overlap_observation_on_each_branch():
     assert overlap_text([row("fp32", 4.0, 900.0, 2.0, 100.0)]) == ""
 
 
+def test_the_table_fits_100_columns_with_two_seeds():
+    from lecture01.console import display_width
+    rows = [rep.Row(r.label, r.key, 4.0, 15.6, (24.0, 99.9), (238.0, 240.1), (1.587, 2.651), (16861.0, 99999.0),
+                    (1555.0, 9999.0), (-0.5, 1.25)) for r in rep.ROWS]
+    lines = rep.table_lines(rows)
+    assert len(lines) == 2 + len(rep.ROWS) and max(display_width(line) for line in lines) <= 100
+
+
 @SWEEP_TIER[0]
 @SWEEP_TIER[1]
 def test_the_script_runs_a_few_steps_and_fits():
@@ -209,7 +217,9 @@ def test_a_bad_target_is_refused():
 def test_claims_time_to_target_on_two_seeds_in_fp32():
     """§5.12's conclusions, each on both seeds (the demo trains in fp32): top-k + EF does not
     reach 2.5 in 300 steps; fp16 and int8 reach it before fp32; fp32 waits on the network
-    for most of each step; the network seconds are the emulator's (2% of the notes' 234.8)."""
+    for most of each step; the network seconds are the emulator's (2% of the notes' 234.8);
+    Streaming DiLoCo's overlap hides its waiting; SparseLoCo sends the fewest bytes, hardly
+    waits, and ends further from fp32 than DiLoCo."""
     results, _ = main_quietly(code5.main, ["--demo", "time", "--seeds", "2"])
     rows = {r.label: r for r in results["time"]}
     assert rows["top-k+EF"].to_target == (None, None)
@@ -219,3 +229,15 @@ def test_claims_time_to_target_on_two_seeds_in_fp32():
         assert rows["fp32"].waiting_share[k] > 0.5
         assert rows["fp32"].network_s[k] == pytest.approx(234.8, rel=0.02)
         assert abs(rows["int8"].delta[k]) < 0.02 and rows["top-k+EF"].delta[k] > 0.5
+    # Streaming DiLoCo and its control: one run, so the same bpc and bytes; the overlap alone
+    # removes waiting and reaches the target sooner; without it a fragment of half the model
+    # every 5 steps waits what DiLoCo's whole model every 10 steps waits
+    s, c, d = rows[rep.STREAMING.label], rows[rep.NO_OVERLAP.label], rows["DiLoCo H=10"]
+    assert s.bpc == c.bpc and s.job_gb == c.job_gb == pytest.approx(d.job_gb, rel=1e-3)
+    sparse = rows[rep.SPARSELOCO.label]
+    assert sparse.job_gb < min(r.job_gb for r in rows.values() if r is not sparse)
+    for k in range(2):
+        assert s.network_s[k] < 0.1 * c.network_s[k] and s.to_target[k] < c.to_target[k]
+        assert c.network_s[k] == pytest.approx(d.network_s[k], rel=0.05)
+        assert sparse.waiting_share[k] < 0.05 and sparse.to_target[k] is not None
+        assert sparse.delta[k] > d.delta[k]

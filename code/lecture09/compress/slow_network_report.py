@@ -6,14 +6,14 @@ demo 2's schemes (compress/slow_network.py trains them), in a table and in words
 import statistics
 from dataclasses import dataclass, replace
 
-from lecture01.console import print_header, print_table, print_wrapped
+from lecture01.console import display_width, format_table, print_header, print_wrapped
 from lecture09.compress.slow_network import calibrate, time_scale_for, train_timed, train_timed_diloco
 from lecture09.compress.slow_network_lowcomm import train_timed_sparseloco, train_timed_streaming
 from lecture09.compress.training import Run, Seeds
 from lecture09.schedule.schedule_setup import build_networks
 
-STREAMING = Run("Streaming H=10 F=2 τ=4", "streaming-diloco", "none", param=(10, 2, 4))
-NO_OVERLAP = Run("Streaming 不重叠（对照）", "streaming-no-overlap", "none", param=(10, 2, 4))
+STREAMING = Run("Streaming τ=4", "streaming-diloco", "none", param=(10, 2, 4))
+NO_OVERLAP = Run("Streaming 不重叠", "streaming-no-overlap", "none", param=(10, 2, 4))
 SPARSELOCO = Run("SparseLoCo H=10", "sparseloco", "none", param=(10, 32, 64, 2))   # code 11's k, chunk, 2 bits
 ROWS = (Run("fp32", "adamw", "none"), Run("fp16", "adamw", "fp16"), Run("int8", "adamw", "int8"),
         Run("top-k+EF", "adamw", "topk", error_feedback=True), Run("sign+EF", "adamw", "sign", error_feedback=True),
@@ -169,6 +169,18 @@ def overlap_observation(rows, by_s, n, out):
     return n + 1
 
 
+def table_lines(rows):
+    """The table's lines: compute in whole seconds, and one space between columns where two
+    would pass 100 columns (two seeds, 5-digit seconds)."""
+    cells = [[r.label, f"{r.job_gb:.2f}", fmt_spread(r.compute_s, 0),
+              fmt_spread(r.network_s), fmt_spread(r.waiting_share, 0, 100) + "%", fmt_spread(r.bpc, 3),
+              fmt_spread(r.delta, 3), fmt_spread(r.to_target, 0), fmt_spread(r.to_target_no_network, 0)]
+             for r in rows]
+    headers = ["方案", "GB/步", "计算 秒", "等网络 秒", "等待", "bpc", "Δ bpc", "到目标 秒", "无网络 秒"]
+    lines = format_table(headers, cells)
+    return lines if max(map(display_width, lines)) <= 100 else format_table(headers, cells, gap=1)
+
+
 def print_time_demo(setup, schedule, seeds_list, target, step=lambda text: None):
     print_header("慢网络上到目标的时间 time to a target on the slow network（4 个工作者）")
     setup = replace(setup, precision="fp32")
@@ -177,16 +189,14 @@ def print_time_demo(setup, schedule, seeds_list, target, step=lambda text: None)
                   f"再把编码后的张量发给另外 3 个（all-gather，共享上行）。时间比例：小模型 1 秒计算 = 1.3B 任务 "
                   f"{1 / scale.time:.0f} 秒；1 个梯度元素代表 1.3B 的 1 个（字节比例 {scale.bytes:.2e}）。fp32 前向。")
     (h_total, fragments, tau), (h_sparse, topk, chunk, _) = STREAMING.param, SPARSELOCO.param
-    print_wrapped(f"Streaming DiLoCo：模型切成 {fragments} 片，每 {h_total // fragments} 步轮到一片同步；一片发出后"
-                  f"工作者接着算 τ = {tau} 步才用到它，交换藏在这些计算后面（重叠 overlap）。'不重叠'一行是同一次训练"
-                  f"换一种计时：每片一发出就等它到齐（对照，只去掉重叠）。SparseLoCo：每 {h_sparse} 步，伪梯度"
-                  f"每块（{chunk}×{chunk}）只发最大的 {topk} 个，值 2 bit，没发的留在误差反馈里（代码 11 演示 4）。")
+    print_wrapped(f"Streaming DiLoCo（H = {h_total}，F = {fragments}）：模型切成 {fragments} 片，"
+                  f"每 {h_total // fragments} 步轮到一片同步；一片发出后工作者接着算 τ = {tau} 步才用到它，"
+                  f"交换藏在这些计算后面（重叠 overlap）。'Streaming 不重叠'一行是同一次训练换一种计时："
+                  f"每片一发出就等它到齐（对照，只去掉重叠）。SparseLoCo：每 {h_sparse} 步，伪梯度每块"
+                  f"（{chunk}×{chunk}）只发最大的 {topk} 个，值 2 bit，没发的留在误差反馈里（代码 11 演示 4）。")
     seeds_text = "、".join(f"({s.model}, {s.data})" for s in seeds_list)
     print_wrapped(f"种子 seeds {seeds_text}；多个种子时是平均±半个范围（(最高−最低)/2）。目标 target：验证 bpc ≤ {target}。")
-    print_table(["方案", "GB/步", "计算 秒", "等网络 秒", "等待", "bpc", "Δ bpc", "到目标 秒", "无网络 秒"],
-                [[r.label, f"{r.job_gb:.2f}", fmt_spread(r.compute_s),
-                  fmt_spread(r.network_s), fmt_spread(r.waiting_share, 0, 100) + "%", fmt_spread(r.bpc, 3),
-                  fmt_spread(r.delta, 3), fmt_spread(r.to_target, 0), fmt_spread(r.to_target_no_network, 0)]
-                 for r in rows])
+    for line in table_lines(rows):
+        print(line)
     observations(rows, target)
     return rows
