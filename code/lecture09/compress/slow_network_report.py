@@ -1,6 +1,7 @@
 """Code 5's --demo time: seconds to a target validation bpc on demo 1's slow network, for
-demo 2's schemes (compress/slow_network.py trains them), in a table and in words
-(lecture 9, §5.12). Every sentence reads the table's numbers.
+demo 2's schemes and the low-communication methods (compress/slow_network.py and
+slow_network_lowcomm.py train them), in a table and in words (lecture 9, §5.12). Every
+sentence reads the table's numbers.
 """
 
 import statistics
