@@ -5,7 +5,7 @@ these beside a bootstrap DHT node; each reports to the parent on its own pipe:
 
     ("ready", peer, addresses)                            its DHT node is up (a late peer: none yet)
     ("joined", peer, round, bytes, seconds, missed)   took the state of a peer (missed: its round)
-    ("round", peer, round, members, sent, received, seconds, loss, complete)
+    ("round", peer, round, members, sent, received, seconds, loss, complete, weight)
     ("bytes", peer, round, sent, received)                the round's bytes in full, a round later
     ("done", peer, final θ_global as numpy arrays)
 
@@ -14,7 +14,9 @@ batch, then the pseudo-gradient (θ_global − θ_local, one flat tensor) is ave
 whoever is there through hivemind's DecentralizedAverager (matchmaking in the DHT, then a
 butterfly all-reduce), and an outer SGD (Nesterov) steps on θ_global. The matchmaking key
 carries the round number (the averager's group bits), so only peers in the same round can
-form a group. A peer whose round found no group downloads θ_global from a peer again.
+form a group. A peer whose round found no group downloads θ_global from a peer again. A
+peer that has just downloaded the state (joining, or after a miss) averages that round with
+weight 0 and trains from the next (joining_step).
 
 The batches are those of compress/local_sgd.py: one generator draws the global batch each
 inner step and peer p takes sequences p·b … (p+1)·b − 1.
@@ -164,14 +166,17 @@ def settle(sent, received, quiet_s=0.2, limit_s=2.0):
         last = now
 
 
-def is_complete(averager, sums):
+def is_complete(averager, sums, weights=None):
     """Whether the averaged tensor is the average of the group's tensors, by a linear
-    checksum: the sum of the average must be the mean of the sums each member gathered.
+    checksum: the sum of the average must be the (weighted) mean of the sums each member
+    gathered (weights: each member's averaging weight; None: equal).
     hivemind can return a group while a part's reducer failed (it logs "received x%
     results" and leaves that part as this peer's own); the check sees that."""
     with averager.get_tensors() as tensors:
         got, scale = float(tensors[0].double().sum()), float(tensors[0].double().abs().sum())
-    return abs(got - sum(sums) / len(sums)) <= CHECKSUM_TOLERANCE * scale + 1e-12
+    weights = [1.0] * len(sums) if weights is None else weights
+    expected = sum(w * x for w, x in zip(weights, sums)) / sum(weights)
+    return abs(got - expected) <= CHECKSUM_TOLERANCE * scale + 1e-12
 
 
 def catch_up(peer, averager, load, pipe, settings, missed=None):
@@ -188,12 +193,28 @@ def catch_up(peer, averager, load, pipe, settings, missed=None):
     return r
 
 
+def joining_step(averager, gather, settings):
+    """Average the round whose state was just downloaded with weight 0: bring no
+    pseudo-gradient, take the group's average. The downloaded state is that of the start of
+    the sharing peer's round, and that peer may be most of a round further on (measured:
+    0.3-3.2 s behind its group's matchmaking when the joiner replayed the round, against a
+    1 s window; notes §10.3); so the joiner does not replay it, it waits for the others'
+    matchmaking. Its declared start is late (scheduled_time near the deadline): it is never
+    a leader that closes a group early, it joins the leader the others join."""
+    from hivemind.utils import get_dht_time
+
+    return averager.step(gather=gather, weight=0.0, timeout=settings.round_s,
+                         scheduled_time=get_dht_time() + settings.round_s - settings.request_s)
+
+
 def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     """Train rounds start_round … settings.rounds − 1; report on `pipe` (a Connection).
 
     Once its DHT node is up it says ("ready", peer, its addresses) and waits for ("go", _).
     start_round > 0: a late peer; told ("go", addresses) it starts its DHT node with those
-    initial peers, downloads the state of a peer and starts from that peer's round."""
+    initial peers, downloads the state of a peer and joins that peer's round with weight 0
+    (joining_step); it trains from the next round. A peer that found no group does the same
+    with the state it downloads again."""
     os.environ.setdefault("HIVEMIND_LOGLEVEL", "ERROR")
     import multiprocessing as mp
 
@@ -233,6 +254,8 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                 inner.state[p][k].clone() if p in inner.state else torch.zeros_like(p)
                 for k in ("exp_avg", "exp_avg_sq") for p in params] + [gen.get_state()]
             shared["adam_step"] = float(inner.state[params[0]]["step"]) if params[0] in inner.state else 0.0
+        if averager is not None:     # a peer that downloads takes the state of the peer furthest on
+            averager.state_sharing_priority = float(r)
 
     def load(metadata, tensors):
         n = len(global_params)
@@ -273,6 +296,7 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                             compression=counting_compression(compression_of(s.compression), sent),
                             initial_group_bits=round_bits(start_round), allow_state_sharing=True)
         r, pending = start_round, None   # pending: (round, counters at its start) until its bytes are sent
+        joining = bool(start_round)      # this round's state was downloaded: average it with weight 0
         if start_round:
             r = catch_up(peer, averager, load, pipe, s)
             if r is None:
@@ -280,7 +304,16 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
         snapshot(r)
         while r < s.rounds:
             averager.set_group_bits(round_bits(r))
-            for step in range(r * s.inner_steps, (r + 1) * s.inner_steps):
+            if joining:                  # no inner steps: the round's batches are drawn, AdamW's count moves
+                with torch.no_grad():
+                    for _ in range(s.inner_steps):
+                        x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, MODEL_CONFIG.block_size, gen)
+                    mine = slice(peer * s.batch_per_peer, (peer + 1) * s.batch_per_peer)
+                    loss = tiny_gpt.lm_loss(model, x[mine], y[mine])
+                for p in params:
+                    if p in inner.state:
+                        inner.state[p]["step"] = inner.state[p]["step"] + s.inner_steps
+            for step in range(r * s.inner_steps, (r + 1) * s.inner_steps) if not joining else ():
                 for group in inner.param_groups:
                     group["lr"] = tiny_gpt.lr_at(step, recipe.steps, recipe.peak_lr)
                 x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, MODEL_CONFIG.block_size, gen)
@@ -293,25 +326,34 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             with averager.get_tensors() as tensors:
                 tensors[0].copy_(torch.nn.utils.parameters_to_vector(global_params).detach()
                                  - torch.nn.utils.parameters_to_vector(params).detach())
+                if joining:
+                    tensors[0].zero_()
                 checksum = float(tensors[0].double().sum())
             if pending is not None:         # the round before: its last sends are done by now
                 pipe.send(("bytes", peer, pending[0], sent.value - pending[1], received.value - pending[2]))
             before = (sent.value, received.value)
             pending = (r, *before)
             started = time.perf_counter()
+            weight = 0.0 if joining else 1.0
+            gather = dict(peer=peer, round=r, sum=checksum, weight=weight)
             try:
-                group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.find_s)
+                group = (joining_step(averager, gather, s) if joining
+                         else averager.step(gather=gather, timeout=s.find_s))
             except AllreduceException:      # found no group, or the group's all-reduce failed
                 group = None
+            if group and not sum(g["weight"] for g in group.values()):
+                group = None                # only peers that had just joined: nobody brought a pseudo-gradient
             seconds = time.perf_counter() - started
             members = tuple(sorted(g["peer"] for g in group.values())) if group else (peer,)
-            complete = group is None or is_complete(averager, [g["sum"] for g in group.values()])
+            complete = group is None or is_complete(averager, [g["sum"] for g in group.values()],
+                                                    [g["weight"] for g in group.values()])
             pipe.send(("round", peer, r, members, sent.value - before[0], received.value - before[1], seconds,
-                       loss.item(), complete))
-            if group is None:           # no group: a late peer takes θ_global from a peer again
+                       loss.item(), complete, weight))
+            joining = False
+            if group is None:           # no group: take θ_global from a peer again, join its round
                 caught = catch_up(peer, averager, load, pipe, s, missed=r)
                 if caught is not None and caught > r:
-                    r = caught
+                    r, joining = caught, True
                     snapshot(r)
                     continue
                 # nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
