@@ -193,18 +193,22 @@ def catch_up(peer, averager, load, pipe, settings, missed=None):
     return r
 
 
-def joining_step(averager, gather, settings):
+def joining_step(averager, gather, settings, left_s=0.0):
     """Average the round whose state was just downloaded with weight 0: bring no
     pseudo-gradient, take the group's average. The downloaded state is that of the start of
     the sharing peer's round, and that peer may be most of a round further on (measured:
     0.3-3.2 s behind its group's matchmaking when the joiner replayed the round, against a
     1 s window; notes §10.3); so the joiner does not replay it, it waits for the others'
     matchmaking. Its declared start is late (scheduled_time near the deadline): it is never
-    a leader that closes a group early, it joins the leader the others join."""
+    a leader that closes a group early, it joins the leader the others join. left_s: what the
+    sharing peer said is left of its round (its last round's length less the time since this
+    one began); the wait is that plus find_s, at most round_s. A joiner that still finds no
+    group downloads again and joins the next round the same way."""
     from hivemind.utils import get_dht_time
 
-    return averager.step(gather=gather, weight=0.0, timeout=settings.round_s,
-                         scheduled_time=get_dht_time() + settings.round_s - settings.request_s)
+    timeout = min(settings.round_s, left_s + settings.find_s)
+    return averager.step(gather=gather, weight=0.0, timeout=timeout,
+                         scheduled_time=get_dht_time() + timeout - settings.request_s)
 
 
 def run_peer(peer, initial_peers, settings, pipe, start_round=0):
@@ -244,10 +248,13 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     count_wire_bytes(sent, received)
     lock = threading.Lock()
     shared = {}                  # the state a joining peer downloads, as of the start of a round
+    ahead = {"left_s": 0.0}      # what the peer it downloaded from had left of its round
 
     def snapshot(r):
         with lock:
-            shared["round"] = r
+            now = time.monotonic()       # how long its rounds take, for a joiner's wait (joining_step)
+            shared["round_s"] = now - shared["since"] if shared.get("round") == r - 1 else 0.0
+            shared["round"], shared["since"] = r, now
             shared["tensors"] = [p.detach().clone() for p in global_params] + [
                 outer.state[p]["momentum_buffer"].clone() if p in outer.state else torch.zeros_like(p)
                 for p in global_params] + [
@@ -269,12 +276,14 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                 inner.state[p] = {"step": torch.tensor(metadata["adam_step"]),
                                   "exp_avg": tensors[2 * n + i].clone(), "exp_avg_sq": tensors[3 * n + i].clone()}
         gen.set_state(tensors[-1])
+        ahead["left_s"] = max(0.0, metadata["round_s"] - metadata["age_s"])
         return int(metadata["round"])
 
     class Averager(DecentralizedAverager):
         def get_current_state(self):        # what a joining peer downloads (host process)
             with lock:
-                return dict(round=shared["round"], adam_step=shared["adam_step"]), list(shared["tensors"]), None
+                return dict(round=shared["round"], adam_step=shared["adam_step"], round_s=shared["round_s"],
+                            age_s=time.monotonic() - shared["since"]), list(shared["tensors"]), None
 
     def start_dht(addresses):
         return hivemind.DHT(initial_peers=addresses, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
@@ -337,7 +346,7 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             weight = 0.0 if joining else 1.0
             gather = dict(peer=peer, round=r, sum=checksum, weight=weight)
             try:
-                group = (joining_step(averager, gather, s) if joining
+                group = (joining_step(averager, gather, s, ahead["left_s"]) if joining
                          else averager.step(gather=gather, timeout=s.find_s))
             except AllreduceException:      # found no group, or the group's all-reduce failed
                 group = None
@@ -347,16 +356,19 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             members = tuple(sorted(g["peer"] for g in group.values())) if group else (peer,)
             complete = group is None or is_complete(averager, [g["sum"] for g in group.values()],
                                                     [g["weight"] for g in group.values()])
+            caught = None
+            if group is None:           # no group: take θ_global from a peer again, join its round
+                caught = catch_up(peer, averager, load, pipe, s, missed=r)
+                if joining and caught == r:
+                    continue            # the others are still in this round: join it again (unreported)
             pipe.send(("round", peer, r, members, sent.value - before[0], received.value - before[1], seconds,
                        loss.item(), complete, weight))
             joining = False
-            if group is None:           # no group: take θ_global from a peer again, join its round
-                caught = catch_up(peer, averager, load, pipe, s, missed=r)
-                if caught is not None and caught > r:
-                    r, joining = caught, True
-                    snapshot(r)
-                    continue
-                # nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
+            if caught is not None and caught > r:
+                r, joining = caught, True
+                snapshot(r)
+                continue
+            # no group and nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
             if not complete:            # hivemind returned a partial average: skip this outer step
                 with torch.no_grad():
                     for p, g in zip(params, global_params):
