@@ -108,6 +108,9 @@ def test_a_late_peer_whose_download_starts_a_later_round_is_said_to_start_there(
     later = record_of([[three], [three], [full], [full]], churn=Churn(join=(3, 1)),
                       downloads=[(1.5, 3, 2, 1000, 0.1, None)], events={"join": (0.9, 0)})
     assert rep.late_start(later) == (1, 2)
+    twice = record_of([[three], [three], [full], [full]], churn=Churn(join=(3, 1)), events={"join": (0.9, 0)},
+                      downloads=[(1.2, 3, 1, 1000, 0.1, None), (1.5, 3, 2, 1000, 0.1, None)])
+    assert rep.late_start(twice) == (1, 2) and "（2 次：" in rep.events_in(twice, 1)
     assert rep.events_in(later, 1) == ("同伴 3 加入 joins，下载 1,000 B：下载到的已是第 2 轮开始时的状态，"
                                        "它从第 2 轮起才平均，第 1 轮没有它")
     assert rep.late_observation(later, 1.0) == (
@@ -377,8 +380,8 @@ def test_a_late_peer_downloads_the_state_and_a_killed_one_is_gone():
     # its join round in 5 of 8 runs at 1 s, in 0 of 12 at 2 s (notes §10, exercise 7).
     s = PeerSettings(n_peers=4, rounds=6, inner_steps=3, matchmaking_s=2.0)
     record = run_with_retries(s, Churn(join=(3, 2), leave=(1, 4), bootstrap_dies=3))
-    first = [d for d in record.downloads if d.peer == 3 and d.missed is None]
-    assert len(first) == 1 and first[0].round >= 2
+    first = [d for d in record.downloads if d.peer == 3 and d.missed is None]   # twice: it waited a round
+    assert 1 <= len(first) <= 2 and first[-1].round >= 2
     # θ_global and the outer momentum (2 copies), AdamW's two moments, the data generator's state
     assert first[0].bytes == 4 * S + torch.Generator().get_state().numel()
     assert not any(x.peer == 3 for x in record.rounds if x.round < 2)
@@ -400,9 +403,9 @@ def test_a_late_peer_after_the_bootstrap_died_averages_with_the_others():
     downloaded, reached matchmaking 1.7-3.7 s after the others (their window: about 1 s) and
     was in no group in 7 of 10 runs (notes §10.3). Now it joins that round with
     weight 0, and a joiner that misses downloads again and joins a later round the same way.
-    Tolerances, loose on purpose (a loaded machine moves the timing: with the fix, 8 of 11 runs
-    had peer 3 in a group in every round, one missed its first and joined later, two missed
-    their first with no round left to join; 10 rounds here leave rounds to join again): its
+    Tolerances, loose on purpose (a loaded machine moves the timing: with the fix, 3 of 4
+    six-round runs had peer 3 in a group in every round; in the fourth an original peer
+    missed a round and the next split in two; 10 rounds here leave rounds to join again): its
     first round joined with weight 0 (not replayed: the old code fails here every time), in a
     group in all of its rounds but at most one and in its last one, and its final θ_global
     within 1e-3 of peer 0's (peers of the same groups differ by ~5e-8; a peer alone at the end

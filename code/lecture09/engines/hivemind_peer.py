@@ -197,16 +197,18 @@ def joining_step(averager, gather, settings, left_s=0.0):
     """Average the round whose state was just downloaded with weight 0: bring no
     pseudo-gradient, take the group's average. The downloaded state is that of the start of
     the sharing peer's round, and that peer may be most of a round further on (measured:
-    0.3-3.2 s behind its group's matchmaking when the joiner replayed the round, against a
+    0.3-3.7 s behind its group's matchmaking when the joiner replayed the round, against a
     1 s window; notes §10.3); so the joiner does not replay it, it waits for the others'
     matchmaking. Its declared start is late (scheduled_time near the deadline): it is never
     a leader that closes a group early, it joins the leader the others join. left_s: what the
     sharing peer said is left of its round (its last round's length less the time since this
-    one began); the wait is that plus find_s, at most round_s. A joiner that still finds no
-    group downloads again and joins the next round the same way."""
+    one began); the wait is that plus 2 x matchmaking_s (the others' group closes matchmaking_s
+    after the first of them starts looking), at most round_s. A joiner that finds no group
+    downloads again and joins that round, or the next, the same way (measured: a 3 s margin
+    outlasted the others' whole next round, ~2 s, on a loaded machine)."""
     from hivemind.utils import get_dht_time
 
-    timeout = min(settings.round_s, left_s + settings.find_s)
+    timeout = min(settings.round_s, left_s + 2 * settings.matchmaking_s)
     return averager.step(gather=gather, weight=0.0, timeout=timeout,
                          scheduled_time=get_dht_time() + timeout - settings.request_s)
 
@@ -285,6 +287,14 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                 return dict(round=shared["round"], adam_step=shared["adam_step"], round_s=shared["round_s"],
                             age_s=time.monotonic() - shared["since"]), list(shared["tensors"]), None
 
+    def download(missed=None):
+        """catch_up; ahead["left_s"] becomes what the sharing peer has left of its round now,
+        after the download (which took 0.1-1.1 s here)."""
+        started = time.perf_counter()
+        caught = catch_up(peer, averager, load, pipe, s, missed=missed)
+        ahead["left_s"] -= time.perf_counter() - started
+        return caught
+
     def start_dht(addresses):
         return hivemind.DHT(initial_peers=addresses, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
 
@@ -307,11 +317,25 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
         r, pending = start_round, None   # pending: (round, counters at its start) until its bytes are sent
         joining = bool(start_round)      # this round's state was downloaded: average it with weight 0
         if start_round:
-            r = catch_up(peer, averager, load, pipe, s)
+            r = download()
             if r is None:
                 raise RuntimeError(f"peer {peer} could not download the state of any peer")
         snapshot(r)
         while r < s.rounds:
+            if joining and ahead["left_s"] <= 0:
+                # by the length of its last round, the peer it downloaded from has closed its
+                # group by now: a joiner comes too late (measured: 4 of 6 runs missed that round
+                # without this wait, the download itself taking 0.1-1.1 s); wait for its next round to
+                # begin and download that state instead (the state of round r stays loaded: if
+                # nobody answers, it trains round r itself)
+                time.sleep(max(0.0, ahead["left_s"]) + s.request_s)
+                caught = download()
+                if caught is None:
+                    joining = False
+                elif caught > r:
+                    r = caught
+                    snapshot(r)
+                continue
             averager.set_group_bits(round_bits(r))
             if joining:                  # no inner steps: the round's batches are drawn, AdamW's count moves
                 with torch.no_grad():
@@ -358,7 +382,7 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                                                     [g["weight"] for g in group.values()])
             caught = None
             if group is None:           # no group: take θ_global from a peer again, join its round
-                caught = catch_up(peer, averager, load, pipe, s, missed=r)
+                caught = download(missed=r)
                 if joining and caught == r:
                     continue            # the others are still in this round: join it again (unreported)
             pipe.send(("round", peer, r, members, sent.value - before[0], received.value - before[1], seconds,

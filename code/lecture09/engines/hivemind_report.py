@@ -54,9 +54,11 @@ def events_in(record, r):
             continue
         if what == "join":
             got = [d for d in record.downloads if d.peer == churn.join[0] and d.missed is None]
-            text = f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else "")
-            if got and got[0].round > r:
-                text += (f"：下载到的已是第 {got[0].round} 轮开始时的状态，它从第 {got[0].round} 轮起才平均，"
+            text = f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[-1].bytes:,} B" if got else "")
+            if len(got) > 1:
+                text += f"（{len(got)} 次：下载到的那一轮别人已在找组，它等下一轮开始再下载）"
+            if got and got[-1].round > r:
+                text += (f"：下载到的已是第 {got[-1].round} 轮开始时的状态，它从第 {got[-1].round} 轮起才平均，"
                          f"第 {r} 轮没有它")
             out.append(text)
         elif what == "leave":
@@ -103,14 +105,16 @@ def round_lines(record, tensor_bytes):
 
 
 def late_start(record):
-    """(the round the late peer was let in, the round its first download starts), or None
+    """(the round the late peer was let in, the round its joining download starts), or None
     when there is no late peer or no download: the two differ when the others had already
-    moved on to a later round by the time it asked a peer for the state."""
+    moved on to a later round by the time it asked a peer for the state (its last download
+    while joining: it downloads again when the first came as the others were looking for a
+    group)."""
     if not record.churn.join or "join" not in record.events:
         return None
     peer = record.churn.join[0]
     got = [d for d in record.downloads if d.peer == peer and d.missed is None]
-    return (record.events["join"][1] + 1, got[0].round) if got else None
+    return (record.events["join"][1] + 1, got[-1].round) if got else None
 
 
 def late_observation(record, matchmaking_s):
