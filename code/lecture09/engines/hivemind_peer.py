@@ -204,8 +204,7 @@ def joining_step(averager, gather, settings, left_s=0.0):
     sharing peer said is left of its round (its last round's length less the time since this
     one began); the wait is that plus 2 x matchmaking_s (the others' group closes matchmaking_s
     after the first of them starts looking), at most round_s. A joiner that finds no group
-    downloads again and joins that round, or the next, the same way (measured: a 3 s margin
-    outlasted the others' whole next round, ~2 s, on a loaded machine)."""
+    downloads again and joins that round, or the next, the same way."""
     from hivemind.utils import get_dht_time
 
     timeout = min(settings.round_s, left_s + 2 * settings.matchmaking_s)
@@ -323,11 +322,9 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
         snapshot(r)
         while r < s.rounds:
             if joining and ahead["left_s"] <= 0:
-                # by the length of its last round, the peer it downloaded from has closed its
-                # group by now: a joiner comes too late (measured: 4 of 6 runs missed that round
-                # without this wait, the download itself taking 0.1-1.1 s); wait for its next round to
-                # begin and download that state instead (the state of round r stays loaded: if
-                # nobody answers, it trains round r itself)
+                # by its last round's length, the peer it downloaded from has closed its group:
+                # a joiner is too late (4 of 6 runs without this wait); wait for its next round and
+                # download that (round r stays loaded: if nobody answers, it trains round r itself)
                 time.sleep(max(0.0, ahead["left_s"]) + s.request_s)
                 caught = download()
                 if caught is None:
