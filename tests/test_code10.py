@@ -108,6 +108,9 @@ def test_a_late_peer_whose_download_starts_a_later_round_is_said_to_start_there(
     later = record_of([[three], [three], [full], [full]], churn=Churn(join=(3, 1)),
                       downloads=[(1.5, 3, 2, 1000, 0.1, None)], events={"join": (0.9, 0)})
     assert rep.late_start(later) == (1, 2)
+    twice = record_of([[three], [three], [full], [full]], churn=Churn(join=(3, 1)), events={"join": (0.9, 0)},
+                      downloads=[(1.2, 3, 1, 1000, 0.1, None), (1.5, 3, 2, 1000, 0.1, None)])
+    assert rep.late_start(twice) == (1, 2) and "（2 次：" in rep.events_in(twice, 1)
     assert rep.events_in(later, 1) == ("同伴 3 加入 joins，下载 1,000 B：下载到的已是第 2 轮开始时的状态，"
                                        "它从第 2 轮起才平均，第 1 轮没有它")
     assert rep.late_observation(later, 1.0) == (
@@ -121,6 +124,54 @@ def test_a_late_peer_whose_download_starts_a_later_round_is_said_to_start_there(
     # on time (churned(): the download starts round 1, the round it was let in): nothing extra
     assert rep.late_start(churned()) == (1, 1) and "开始时的状态" not in rep.events_in(churned(), 1)
     assert rep.late_start(record_of([[full]])) is None
+
+
+def test_table_f_counts_the_late_peers_rounds_and_says_so_on_each_branch():
+    """Issue 45, item 10: with the bootstrap node killed before the late peer joined, the late
+    peer was in a group in 1, 0 and 0 of its 3 rounds while table (f) counted only the groups
+    of the peers already there. Table (f) now has the late peer's count, and the sentence
+    under it is a function of that count and of the groups: all, some, none, no late peer."""
+    from lecture09.engines import hivemind_report as rep
+    from lecture09.engines.hivemind_run import Churn
+    three, full = (0, 1, 2), (0, 1, 2, 3)
+    join = Churn(join=(3, 3), bootstrap_dies=2)
+
+    def late_run(rounds_of_3):         # rounds 0-2 without peer 3, then peer 3 in or out of the group
+        return record_of([[three]] * 3 + [[full] if g else [three, (3,)] for g in rounds_of_3], churn=join)
+    everyone, some, none = late_run([1, 1, 1]), late_run([0, 1, 0]), late_run([0, 0, 0])
+    assert [rep.late_rounds(x) for x in (everyone, some, none)] == [(3, 3, 3), (3, 3, 1), (3, 3, 0)]
+    assert rep.late_rounds(record_of([[three]])) is None                  # no late peer
+    assert rep.late_cell((3, 3, 1)) == "同伴 3：加入后 3 轮里 1 轮在组里"
+    head = "引导节点第 2 轮死后，每轮都有同伴凑成组（最大的组 3 3 4 4 4）"
+    assert rep.centre_observation([3, 3, 4, 4, 4], (3, 3, 3), 2, 3) == (
+        head + "；它死后才加入的同伴 3 加入后 3 轮都在组里，也照样成组。")
+    assert rep.centre_observation([3, 3, 4, 4, 4], (3, 3, 1), 2, 3) == (
+        head + "；它死后才加入的同伴 3 加入后 3 轮里只有 1 轮在组里。")
+    words = rep.centre_observation([3, 3, 3, 3, 3], (3, 3, 0), 2, 3)
+    assert "一次也没在组里：它没有照样成组" in words and "照样成组。" not in words
+    assert rep.centre_observation([4, 3], (3, 5, 5), 6, 3).startswith(
+        "引导节点第 6 轮死后，每轮都有同伴凑成组（最大的组 4 3）；晚来的同伴 3 加入后 5 轮都在组里")
+    assert rep.centre_observation([2, 1], None, 6, None) == "引导节点第 6 轮死后，1 轮谁也没凑成组（最大的组 2 1）。"
+    # the table's row, beside the server's
+    rows = code10.server_rows(4, 5, {3: [(0, 1, 2), (3,)]}, record_of([[full]]), S, late=rep.late_rounds(some))
+    assert rows[-1] == ["晚来的同伴 the late peer", "拉一次权重（没有组要凑）", "同伴 3：加入后 3 轮里 1 轮在组里"]
+    assert rows[-2][2].endswith("：3")
+    assert len(code10.server_rows(4, 5, {}, record_of([[full]]), S)) == 6    # no late peer: no row
+
+
+def test_a_round_joined_with_weight_0_is_an_event_and_its_checksum_is_weighted():
+    """A peer that has just downloaded the state averages that round with weight 0: table (b)'s
+    event line says so, and the checksum expects the weighted mean of the gathered sums."""
+    from dataclasses import replace
+    from lecture09.engines import hivemind_report as rep
+    from lecture09.engines.hivemind_peer import is_complete
+    rec = record_of([[(0, 1, 2, 3)]])
+    rec.rounds = [replace(x, weight=0.0) if x.peer == 3 else x for x in rec.rounds]
+    assert "同伴 3 刚下载了状态，以权重 0 入组" in rep.events_in(rec, 0)
+    assert "权重 0" not in rep.events_in(record_of([[(0, 1, 2, 3)]]), 0)
+    sums = [3.0, 5.0, 0.0]                        # the joiner's tensor is zeros
+    assert is_complete(FakeAverager(torch.full((4,), 1.0)), sums, [1.0, 1.0, 0.0])      # (3 + 5) / 2 / 4
+    assert not is_complete(FakeAverager(torch.full((4,), 2 / 3)), sums, [1.0, 1.0, 0.0])  # the unweighted mean
 
 
 def test_formula_holds_only_when_every_round_matches():
@@ -329,8 +380,8 @@ def test_a_late_peer_downloads_the_state_and_a_killed_one_is_gone():
     # its join round in 5 of 8 runs at 1 s, in 0 of 12 at 2 s (notes §10, exercise 7).
     s = PeerSettings(n_peers=4, rounds=6, inner_steps=3, matchmaking_s=2.0)
     record = run_with_retries(s, Churn(join=(3, 2), leave=(1, 4), bootstrap_dies=3))
-    first = [d for d in record.downloads if d.peer == 3 and d.missed is None]
-    assert len(first) == 1 and first[0].round >= 2
+    first = [d for d in record.downloads if d.peer == 3 and d.missed is None]   # twice: it waited a round
+    assert 1 <= len(first) <= 2 and first[-1].round >= 2
     # θ_global and the outer momentum (2 copies), AdamW's two moments, the data generator's state
     assert first[0].bytes == 4 * S + torch.Generator().get_state().numel()
     assert not any(x.peer == 3 for x in record.rounds if x.round < 2)
@@ -341,6 +392,46 @@ def test_a_late_peer_downloads_the_state_and_a_killed_one_is_gone():
     finals = [record.finals[p] for p in sorted(record.finals)]
     for other in finals[1:]:
         torch.testing.assert_close(other, finals[0], rtol=0, atol=1e-6)
+
+
+@needs_hivemind
+@pytest.mark.slow
+@pytest.mark.sweep                  # issue 45, item 10: the late peer after the bootstrap node died
+def test_a_late_peer_after_the_bootstrap_died_averages_with_the_others():
+    """The case of issue 45: the bootstrap node is SIGKILLed before peer 3 is let in, with the
+    script's --matchmaking-s 1. Before the fix peer 3 replayed the round whose start it had
+    downloaded, reached matchmaking 1.7-3.7 s after the others (their window: about 1 s) and
+    was in no group in 7 of 10 runs (notes §10.3). Now it joins that round with
+    weight 0, and a joiner that misses downloads again and joins a later round the same way.
+    Tolerances, loose on purpose (a loaded machine moves the timing: with the fix, 3 of 4
+    six-round runs had peer 3 in a group in every round; in the fourth an original peer
+    missed a round and the next split in two; 10 rounds here leave rounds to join again): its
+    first round joined with weight 0 (not replayed: the old code fails here every time), in a
+    group in all of its rounds but at most one and in its last one, and its final θ_global
+    within 1e-3 of peer 0's (peers of the same groups differ by ~5e-8; a peer alone at the end
+    by 1e-2 to 3e-2)."""
+    from lecture09.engines import hivemind_run
+    from lecture09.engines.hivemind_peer import PeerSettings
+    from lecture09.engines.hivemind_report import groups_of, late_rounds
+    # the issue's case (H = 10, --matchmaking-s 1), with 10 rounds, not 6: on a loaded machine peer 3's DHT
+    # node alone takes ~4.5 s to start, and a joiner that misses needs rounds left to join again
+    s = PeerSettings(n_peers=4, rounds=10, inner_steps=10, matchmaking_s=1.0)
+    churn = hivemind_run.Churn(join=(3, 3), bootstrap_dies=2)
+    for attempt in range(2):               # once more only if hivemind itself gave up
+        try:
+            record = hivemind_run.run(s, churn)
+            break
+        except hivemind_run.EngineFailed:
+            if attempt:
+                raise
+    assert record.events["bootstrap"][1] < record.events["join"][1]       # dead before peer 3 was let in
+    peer, total, grouped = late_rounds(record)
+    mine = sorted((x for x in record.rounds if x.peer == peer), key=lambda x: x.round)
+    groups = {r: groups_of(record.of_round(r)) for r in range(s.rounds)}
+    assert mine[0].weight == 0.0           # it joined the round it downloaded, it did not replay it
+    assert total >= 1 and grouped >= total - 1 and len(mine[-1].members) > 1, (groups, mine)
+    diff = max(float((record.finals[3][n] - record.finals[0][n]).abs().max()) for n in record.finals[0])
+    assert diff <= 1e-3, (groups, [(d.peer, d.round, d.missed) for d in record.downloads])
 
 
 @needs_hivemind

@@ -169,10 +169,11 @@ def wire_rows(x):
     return rows
 
 
-def server_rows(n_peers, inner_steps, undisturbed, record, tensor_bytes):
-    """Table (f): code 6's server against this run, per worker per sync (bytes exact for code 6)."""
+def server_rows(n_peers, inner_steps, undisturbed, record, tensor_bytes, late=None):
+    """Table (f): code 6's server against this run, per worker per sync (bytes exact for code 6);
+    late: hivemind_report.late_rounds of the churned run (None: no row for a late peer)."""
     from lecture01 import tiny_gpt
-    from lecture09.engines.hivemind_report import butterfly_bytes
+    from lecture09.engines.hivemind_report import butterfly_bytes, late_cell
     from lecture09.lecture_model import MODEL_CONFIG
     from lecture09.swarm.swarm_server import safetensors_bytes
 
@@ -187,12 +188,15 @@ def server_rows(n_peers, inner_steps, undisturbed, record, tensor_bytes):
         busiest_cell = f"{max(x.sent + x.received for x in full):,}（一个同伴）"
     else:                       # a short --matchmaking-s on a busy machine: no round gathered everyone
         sent_cell = received_cell = busiest_cell = "—（(a) 没有一轮是满组）"
-    return [["每个工作者发出 sent", f"{body:,}（上传梯度 body）", sent_cell],
+    rows = [["每个工作者发出 sent", f"{body:,}（上传梯度 body）", sent_cell],
             ["每个工作者收到 received", f"{body:,}（下载权重 body）", received_cell],
             ["最忙的节点 busiest node", f"{2 * n_peers * body:,}（服务器）", busiest_cell],
             ["多少训练步同步一次", "1", f"{inner_steps}（H）"],
             ["每轮的请求 requests", "2 个 HTTP（拉权重、传梯度）", f"找组的 RPC + {2 * (n_peers - 1)} 个张量流"],
             ["中心死了 the centre dies", "停下，等它从检查点重启", "引导节点死后各轮小组：" + " ".join(map(str, survived))]]
+    if late is not None:
+        rows.append(["晚来的同伴 the late peer", "拉一次权重（没有组要凑）", late_cell(late)])
+    return rows
 
 
 def main(argv=None):
@@ -299,9 +303,12 @@ def main(argv=None):
         print()
         print_header("(f) 中心服务器（代码 6）和没有中心的 DHT（代码 10）：每个工作者、每次同步", "-")
         for line in format_table(["", "代码 6 服务器 server", "代码 10 hivemind"],
-                                 server_rows(args.peers, s.inner_steps, after, plain, tensor_bytes),
-                                 aligns=["<", "<", "<"]):
+                                 server_rows(args.peers, s.inner_steps, after, plain, tensor_bytes,
+                                             report.late_rounds(churned)), aligns=["<", "<", "<"]):
             print_wrapped(line)
+        sizes = [len(groups[0]) for groups in after.values() if groups]
+        print_wrapped("· " + report.centre_observation(sizes, report.late_rounds(churned), args.bootstrap_dies_at,
+                                                       args.join_at))
         print_wrapped("代码 6 的字节是它的 safetensors body，精确；代码 10 的是 (a) 里满组的轮实测的平均（没有满组的轮就是 —）。代码 6 每一步同步，"
                       f"代码 10 每 H = {s.inner_steps} 步：按训练步算还要再除以 H。")
     if args.figures:

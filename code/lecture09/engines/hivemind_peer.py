@@ -5,7 +5,7 @@ these beside a bootstrap DHT node; each reports to the parent on its own pipe:
 
     ("ready", peer, addresses)                            its DHT node is up (a late peer: none yet)
     ("joined", peer, round, bytes, seconds, missed)   took the state of a peer (missed: its round)
-    ("round", peer, round, members, sent, received, seconds, loss, complete)
+    ("round", peer, round, members, sent, received, seconds, loss, complete, weight)
     ("bytes", peer, round, sent, received)                the round's bytes in full, a round later
     ("done", peer, final θ_global as numpy arrays)
 
@@ -14,7 +14,9 @@ batch, then the pseudo-gradient (θ_global − θ_local, one flat tensor) is ave
 whoever is there through hivemind's DecentralizedAverager (matchmaking in the DHT, then a
 butterfly all-reduce), and an outer SGD (Nesterov) steps on θ_global. The matchmaking key
 carries the round number (the averager's group bits), so only peers in the same round can
-form a group. A peer whose round found no group downloads θ_global from a peer again.
+form a group. A peer whose round found no group downloads θ_global from a peer again. A
+peer that has just downloaded the state (joining, or after a miss) averages that round with
+weight 0 and trains from the next (joining_step).
 
 The batches are those of compress/local_sgd.py: one generator draws the global batch each
 inner step and peer p takes sequences p·b … (p+1)·b − 1.
@@ -164,14 +166,17 @@ def settle(sent, received, quiet_s=0.2, limit_s=2.0):
         last = now
 
 
-def is_complete(averager, sums):
+def is_complete(averager, sums, weights=None):
     """Whether the averaged tensor is the average of the group's tensors, by a linear
-    checksum: the sum of the average must be the mean of the sums each member gathered.
+    checksum: the sum of the average must be the (weighted) mean of the sums each member
+    gathered (weights: each member's averaging weight; None: equal).
     hivemind can return a group while a part's reducer failed (it logs "received x%
     results" and leaves that part as this peer's own); the check sees that."""
     with averager.get_tensors() as tensors:
         got, scale = float(tensors[0].double().sum()), float(tensors[0].double().abs().sum())
-    return abs(got - sum(sums) / len(sums)) <= CHECKSUM_TOLERANCE * scale + 1e-12
+    weights = [1.0] * len(sums) if weights is None else weights
+    expected = sum(w * x for w, x in zip(weights, sums)) / sum(weights)
+    return abs(got - expected) <= CHECKSUM_TOLERANCE * scale + 1e-12
 
 
 def catch_up(peer, averager, load, pipe, settings, missed=None):
@@ -188,12 +193,33 @@ def catch_up(peer, averager, load, pipe, settings, missed=None):
     return r
 
 
+def joining_step(averager, gather, settings, left_s=0.0):
+    """Average the round whose state was just downloaded with weight 0: bring no
+    pseudo-gradient, take the group's average. The downloaded state is that of the start of
+    the sharing peer's round, and that peer may be most of a round further on (measured:
+    0.3-3.7 s behind its group's matchmaking when the joiner replayed the round, against a
+    1 s window; notes §10.3); so the joiner does not replay it, it waits for the others'
+    matchmaking. Its declared start is late (scheduled_time near the deadline): it is never
+    a leader that closes a group early, it joins the leader the others join. left_s: what the
+    sharing peer said is left of its round (its last round's length less the time since this
+    one began); the wait is that plus 2 x matchmaking_s (the others' group closes matchmaking_s
+    after the first of them starts looking), at most round_s. A joiner that finds no group
+    downloads again and joins that round, or the next, the same way."""
+    from hivemind.utils import get_dht_time
+
+    timeout = min(settings.round_s, left_s + 2 * settings.matchmaking_s)
+    return averager.step(gather=gather, weight=0.0, timeout=timeout,
+                         scheduled_time=get_dht_time() + timeout - settings.request_s)
+
+
 def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     """Train rounds start_round … settings.rounds − 1; report on `pipe` (a Connection).
 
     Once its DHT node is up it says ("ready", peer, its addresses) and waits for ("go", _).
     start_round > 0: a late peer; told ("go", addresses) it starts its DHT node with those
-    initial peers, downloads the state of a peer and starts from that peer's round."""
+    initial peers, downloads the state of a peer and joins that peer's round with weight 0
+    (joining_step); it trains from the next round. A peer that found no group does the same
+    with the state it downloads again."""
     os.environ.setdefault("HIVEMIND_LOGLEVEL", "ERROR")
     import multiprocessing as mp
 
@@ -223,16 +249,21 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
     count_wire_bytes(sent, received)
     lock = threading.Lock()
     shared = {}                  # the state a joining peer downloads, as of the start of a round
+    ahead = {"left_s": 0.0}      # what the peer it downloaded from had left of its round
 
     def snapshot(r):
         with lock:
-            shared["round"] = r
+            now = time.monotonic()       # how long its rounds take, for a joiner's wait (joining_step)
+            shared["round_s"] = now - shared["since"] if shared.get("round") == r - 1 else 0.0
+            shared["round"], shared["since"] = r, now
             shared["tensors"] = [p.detach().clone() for p in global_params] + [
                 outer.state[p]["momentum_buffer"].clone() if p in outer.state else torch.zeros_like(p)
                 for p in global_params] + [
                 inner.state[p][k].clone() if p in inner.state else torch.zeros_like(p)
                 for k in ("exp_avg", "exp_avg_sq") for p in params] + [gen.get_state()]
             shared["adam_step"] = float(inner.state[params[0]]["step"]) if params[0] in inner.state else 0.0
+        if averager is not None:     # a peer that downloads takes the state of the peer furthest on
+            averager.state_sharing_priority = float(r)
 
     def load(metadata, tensors):
         n = len(global_params)
@@ -246,12 +277,22 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                 inner.state[p] = {"step": torch.tensor(metadata["adam_step"]),
                                   "exp_avg": tensors[2 * n + i].clone(), "exp_avg_sq": tensors[3 * n + i].clone()}
         gen.set_state(tensors[-1])
+        ahead["left_s"] = max(0.0, metadata["round_s"] - metadata["age_s"])
         return int(metadata["round"])
 
     class Averager(DecentralizedAverager):
         def get_current_state(self):        # what a joining peer downloads (host process)
             with lock:
-                return dict(round=shared["round"], adam_step=shared["adam_step"]), list(shared["tensors"]), None
+                return dict(round=shared["round"], adam_step=shared["adam_step"], round_s=shared["round_s"],
+                            age_s=time.monotonic() - shared["since"]), list(shared["tensors"]), None
+
+    def download(missed=None):
+        """catch_up; ahead["left_s"] becomes what the sharing peer has left of its round now,
+        after the download (which took 0.1-1.1 s here)."""
+        started = time.perf_counter()
+        caught = catch_up(peer, averager, load, pipe, s, missed=missed)
+        ahead["left_s"] -= time.perf_counter() - started
+        return caught
 
     def start_dht(addresses):
         return hivemind.DHT(initial_peers=addresses, host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
@@ -273,14 +314,36 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
                             compression=counting_compression(compression_of(s.compression), sent),
                             initial_group_bits=round_bits(start_round), allow_state_sharing=True)
         r, pending = start_round, None   # pending: (round, counters at its start) until its bytes are sent
+        joining = bool(start_round)      # this round's state was downloaded: average it with weight 0
         if start_round:
-            r = catch_up(peer, averager, load, pipe, s)
+            r = download()
             if r is None:
                 raise RuntimeError(f"peer {peer} could not download the state of any peer")
         snapshot(r)
         while r < s.rounds:
+            if joining and ahead["left_s"] <= 0:
+                # by its last round's length, the peer it downloaded from has closed its group:
+                # a joiner is too late (4 of 6 runs without this wait); wait for its next round and
+                # download that (round r stays loaded: if nobody answers, it trains round r itself)
+                time.sleep(max(0.0, ahead["left_s"]) + s.request_s)
+                caught = download()
+                if caught is None:
+                    joining = False
+                elif caught > r:
+                    r = caught
+                    snapshot(r)
+                continue
             averager.set_group_bits(round_bits(r))
-            for step in range(r * s.inner_steps, (r + 1) * s.inner_steps):
+            if joining:                  # no inner steps: the round's batches are drawn, AdamW's count moves
+                with torch.no_grad():
+                    for _ in range(s.inner_steps):
+                        x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, MODEL_CONFIG.block_size, gen)
+                    mine = slice(peer * s.batch_per_peer, (peer + 1) * s.batch_per_peer)
+                    loss = tiny_gpt.lm_loss(model, x[mine], y[mine])
+                for p in params:
+                    if p in inner.state:
+                        inner.state[p]["step"] = inner.state[p]["step"] + s.inner_steps
+            for step in range(r * s.inner_steps, (r + 1) * s.inner_steps) if not joining else ():
                 for group in inner.param_groups:
                     group["lr"] = tiny_gpt.lr_at(step, recipe.steps, recipe.peak_lr)
                 x, y = tiny_gpt.get_batch(train_data, recipe.batch_size, MODEL_CONFIG.block_size, gen)
@@ -293,28 +356,40 @@ def run_peer(peer, initial_peers, settings, pipe, start_round=0):
             with averager.get_tensors() as tensors:
                 tensors[0].copy_(torch.nn.utils.parameters_to_vector(global_params).detach()
                                  - torch.nn.utils.parameters_to_vector(params).detach())
+                if joining:
+                    tensors[0].zero_()
                 checksum = float(tensors[0].double().sum())
             if pending is not None:         # the round before: its last sends are done by now
                 pipe.send(("bytes", peer, pending[0], sent.value - pending[1], received.value - pending[2]))
             before = (sent.value, received.value)
             pending = (r, *before)
             started = time.perf_counter()
+            weight = 0.0 if joining else 1.0
+            gather = dict(peer=peer, round=r, sum=checksum, weight=weight)
             try:
-                group = averager.step(gather=dict(peer=peer, round=r, sum=checksum), timeout=s.find_s)
+                group = (joining_step(averager, gather, s, ahead["left_s"]) if joining
+                         else averager.step(gather=gather, timeout=s.find_s))
             except AllreduceException:      # found no group, or the group's all-reduce failed
                 group = None
+            if group and not sum(g["weight"] for g in group.values()):
+                group = None                # only peers that had just joined: nobody brought a pseudo-gradient
             seconds = time.perf_counter() - started
             members = tuple(sorted(g["peer"] for g in group.values())) if group else (peer,)
-            complete = group is None or is_complete(averager, [g["sum"] for g in group.values()])
+            complete = group is None or is_complete(averager, [g["sum"] for g in group.values()],
+                                                    [g["weight"] for g in group.values()])
+            caught = None
+            if group is None:           # no group: take θ_global from a peer again, join its round
+                caught = download(missed=r)
+                if joining and caught == r:
+                    continue            # the others are still in this round: join it again (unreported)
             pipe.send(("round", peer, r, members, sent.value - before[0], received.value - before[1], seconds,
-                       loss.item(), complete))
-            if group is None:           # no group: a late peer takes θ_global from a peer again
-                caught = catch_up(peer, averager, load, pipe, s, missed=r)
-                if caught is not None and caught > r:
-                    r = caught
-                    snapshot(r)
-                    continue
-                # nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
+                       loss.item(), complete, weight))
+            joining = False
+            if caught is not None and caught > r:
+                r, joining = caught, True
+                snapshot(r)
+                continue
+            # no group and nobody ahead of it: the outer step uses its own pseudo-gradient (a group of one)
             if not complete:            # hivemind returned a partial average: skip this outer step
                 with torch.no_grad():
                     for p, g in zip(params, global_params):

@@ -54,15 +54,20 @@ def events_in(record, r):
             continue
         if what == "join":
             got = [d for d in record.downloads if d.peer == churn.join[0] and d.missed is None]
-            text = f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[0].bytes:,} B" if got else "")
-            if got and got[0].round > r:
-                text += (f"：下载到的已是第 {got[0].round} 轮开始时的状态，它从第 {got[0].round} 轮起才平均，"
+            text = f"同伴 {churn.join[0]} 加入 joins" + (f"，下载 {got[-1].bytes:,} B" if got else "")
+            if len(got) > 1:
+                text += f"（{len(got)} 次：下载到的那一轮别人已在找组，它等下一轮开始再下载）"
+            if got and got[-1].round > r:
+                text += (f"：下载到的已是第 {got[-1].round} 轮开始时的状态，它从第 {got[-1].round} 轮起才平均，"
                          f"第 {r} 轮没有它")
             out.append(text)
         elif what == "leave":
             out.append(f"同伴 {churn.leave[0]} 离开 leaves (SIGKILL)")
         else:
             out.append("引导节点死了 the bootstrap node dies")
+    joined = sorted(x.peer for x in record.of_round(r) if x.weight == 0 and len(x.members) > 1)
+    if joined:
+        out.append("同伴 " + ",".join(map(str, joined)) + " 刚下载了状态，以权重 0 入组 (weight 0)：只收平均，不带伪梯度")
     partial = sorted(x.peer for x in record.of_round(r) if not x.complete)
     if partial:
         out.append("平均不全 partial（校验和 checksum）：同伴 " + ",".join(map(str, partial)) + " 跳过外层步")
@@ -100,14 +105,16 @@ def round_lines(record, tensor_bytes):
 
 
 def late_start(record):
-    """(the round the late peer was let in, the round its first download starts), or None
+    """(the round the late peer was let in, the round its joining download starts), or None
     when there is no late peer or no download: the two differ when the others had already
-    moved on to a later round by the time it asked a peer for the state."""
+    moved on to a later round by the time it asked a peer for the state (its last download
+    while joining: it downloads again when the first came as the others were looking for a
+    group)."""
     if not record.churn.join or "join" not in record.events:
         return None
     peer = record.churn.join[0]
     got = [d for d in record.downloads if d.peer == peer and d.missed is None]
-    return (record.events["join"][1] + 1, got[0].round) if got else None
+    return (record.events["join"][1] + 1, got[-1].round) if got else None
 
 
 def late_observation(record, matchmaking_s):
@@ -134,6 +141,46 @@ def late_observation(record, matchmaking_s):
                 "见讲义 §10。" + later)
     return (f"同伴 {peer} 加入以后的 {len(mine)} 轮里有 {len(alone)} 轮没凑上组（一个人的组 a group of one）。"
             + later)
+
+
+def late_rounds(record):
+    """(late peer, rounds it reported, of those the rounds it was in a group of 2 or more), or
+    None when there is no late peer or it reported no round."""
+    if not record.churn or not record.churn.join:
+        return None
+    peer = record.churn.join[0]
+    mine = [x for x in record.rounds if x.peer == peer]
+    return (peer, len(mine), sum(len(x.members) > 1 for x in mine)) if mine else None
+
+
+def late_cell(late):
+    """Table (f)'s cell for the late peer: "同伴 3：3 轮里 3 轮在组里" ("—": no late peer)."""
+    if late is None:
+        return "—（没有晚来的同伴）"
+    peer, total, grouped = late
+    return f"同伴 {peer}：加入后 {total} 轮里 {grouped} 轮在组里"
+
+
+def centre_observation(sizes, late, dies_at, joined_at):
+    """What table (f)'s two last rows say, in one sentence (each branch unit-tested). sizes:
+    the largest group of each round from dies_at on; late: late_rounds; joined_at: the round
+    the late peer was let in. "照样成组" is said of the late peer only when it was in a
+    group in every round it reported."""
+    if sizes and min(sizes) >= 2:
+        first = f"引导节点第 {dies_at} 轮死后，每轮都有同伴凑成组（最大的组 {' '.join(map(str, sizes))}）"
+    else:
+        first = (f"引导节点第 {dies_at} 轮死后，{sum(x < 2 for x in sizes)} 轮谁也没凑成组"
+                 f"（最大的组 {' '.join(map(str, sizes)) or '—'}）")
+    if late is None:
+        return first + "。"
+    peer, total, grouped = late
+    when = "它死后才加入的" if joined_at is not None and joined_at >= dies_at else "晚来的"
+    if grouped == total:
+        return first + f"；{when}同伴 {peer} 加入后 {total} 轮都在组里，也照样成组。"
+    if grouped == 0:
+        return (first + f"；{when}同伴 {peer} 加入后 {total} 轮一次也没在组里：它没有照样成组"
+                "（原因见讲义 §10.3 的对照）。")
+    return first + f"；{when}同伴 {peer} 加入后 {total} 轮里只有 {grouped} 轮在组里。"
 
 
 def formula_holds(record, tensor_bytes):

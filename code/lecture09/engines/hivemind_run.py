@@ -47,6 +47,7 @@ class RoundReport:
     wait_s: float               # the averaging step: matchmaking + all-reduce
     loss: float                 # of its last inner step
     complete: bool = True       # the average passed the checksum (else: the outer step was skipped)
+    weight: float = 1.0         # 0: it had just downloaded the state and brought no pseudo-gradient
 
 
 @dataclass
