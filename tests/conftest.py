@@ -249,3 +249,63 @@ def other_precision():
     "fp32"): a second kernel path, the nearest thing to a student's laptop a test has."""
     from lecture01.tiny_gpt import resolve_precision
     return "bf16" if resolve_precision("auto") == "fp32" else "fp32"
+
+
+# --- one fresh process per (script, argv, environment), shared by the tests that read it ------
+
+_STUDENT_RUNS = {}
+_FIGURE_DIRS = []
+
+
+class StudentRun:
+    """What one fresh-process run of a script gave: status, stdout and stderr (read as UTF-8,
+    newlines as text=True reads them: a byte that is not UTF-8 raises UnicodeDecodeError in
+    the test that reads it) and the --figures folder, or None."""
+
+    def __init__(self, status, out_bytes, err_bytes, figures):
+        self.status, self.figures = status, figures
+        self._out, self._err = out_bytes, err_bytes
+
+    @staticmethod
+    def _text(raw):
+        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+    @property
+    def stdout(self):
+        return self._text(self._out)
+
+    @property
+    def stderr(self):
+        return self._text(self._err)
+
+
+def student_run(script, argv, code_page=None, figures=False, timeout_s=900):
+    """A script run as a student runs it (python3 code/.../NN_x.py argv, a fresh process from
+    the repository root, COLUMNS=100), once per test session for each (script, argv, code
+    page, --figures or not) and handed to every test that asks for exactly that run: e.g. the
+    sweep tier's golden comparison of a fresh process, its --figures check and its check
+    under a Windows code page read one run, not three. code_page: PYTHONIOENCODING as Windows
+    sets it for a redirected stdout (cp1252, cp936; test_console_encoding.py). figures: add
+    --figures DIR, a folder of its own. A test must not change what it gets."""
+    import os
+    import subprocess
+    import tempfile
+    script = Path(script)
+    script = script if script.is_absolute() else ROOT / script
+    key = (str(script), tuple(argv), code_page, bool(figures))
+    if key not in _STUDENT_RUNS:
+        env = {**os.environ, "COLUMNS": "100"}
+        env.pop("PYTHONUTF8", None)
+        if code_page:
+            env["PYTHONIOENCODING"] = code_page
+        else:
+            env.pop("PYTHONIOENCODING", None)
+        folder = None
+        if figures:
+            _FIGURE_DIRS.append(tempfile.TemporaryDirectory(prefix="student_run_"))
+            folder = Path(_FIGURE_DIRS[-1].name) / "figures"
+        args = [*argv, *(["--figures", str(folder)] if figures else [])]
+        done = subprocess.run([sys.executable, str(script.relative_to(ROOT)), *args], capture_output=True,
+                              cwd=str(ROOT), timeout=timeout_s, env=env)
+        _STUDENT_RUNS[key] = StudentRun(done.returncode, done.stdout, done.stderr, folder)
+    return _STUDENT_RUNS[key]

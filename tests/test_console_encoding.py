@@ -4,7 +4,9 @@ Windows gives a redirected stdout (`python script.py > out.txt`, `| more`, a tes
 ANSI code page: cp1252 cannot encode 汉字, cp936 (GBK) cannot encode '✓' or '█'. Python reads
 PYTHONIOENCODING for the same choice, so these tests are Windows' redirect on this machine:
 each script's cheapest run (the smoke set's argv where it has one) under both code pages must
-exit 0 and write stdout and stderr that decode as UTF-8, Chinese included. Without
+exit 0 and write stdout and stderr that decode as UTF-8, Chinese included. Under cp936 a script
+is checked on the fresh-process quick run the sweep tier makes of it anyway (shared_run): a
+superset of the cheapest run's output, run once for three tests. Without
 console.utf8_output() the first Chinese line stops a script with UnicodeEncodeError.
 """
 
@@ -58,11 +60,28 @@ def cases():
             yield pytest.param(encoding, script, marks=SWEEP_TIER, id=f"{encoding}-{script.name}")
 
 
+def shared_run(encoding, script):
+    """(status, stdout, stderr) under cp936 of the fresh-process run another sweep test makes
+    of the script anyway (conftest.student_run runs it once): its golden comparison's run
+    (test_golden_outputs.fresh_run), or else its `--quick --figures DIR` (test_figures.py).
+    A quick run writes all the cheapest run writes and more. None: no such run."""
+    from test_figures import QUICK_FILES, quick_run_with_figures
+    from test_golden_outputs import FRESH_CODE_PAGE, GOLDENS, fresh_run
+    golden = next((g for g in GOLDENS if ROOT / g.script == script), None)
+    if encoding == FRESH_CODE_PAGE and golden is not None:
+        done = fresh_run(golden)
+    elif encoding == "cp936" and script.parent.name == "lecture09" and script.name in QUICK_FILES:
+        done = quick_run_with_figures(script.name)
+    else:
+        return None
+    return done.status, done.stdout, done.stderr
+
+
 @pytest.mark.parametrize("encoding,script", list(cases()))
 def test_cheapest_run_writes_utf8_under_a_windows_code_page(encoding, script):
     if not engine_available(script.name):
         pytest.skip(f"{script.name} needs an engine this machine lacks")
-    status, out, err = run_under(encoding, script, cheapest(script.name))
+    status, out, err = shared_run(encoding, script) or run_under(encoding, script, cheapest(script.name))
     assert status == 0, err[-2000:]
     assert any("\u4e00" <= ch <= "\u9fff" for ch in out), out[:300]
     assert "\\u" not in out and "\\x" not in err, err[-500:]

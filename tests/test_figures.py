@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import LECTURE09, ROOT, SWEEP_TIER, load_script, main_quietly, shared_quick_run
+from conftest import LECTURE09, ROOT, load_script, main_quietly, shared_quick_run, student_run
 
 FIGURES = ROOT / "lectures" / "lecture09" / "figures"
 CAPTIONS = FIGURES / "CAPTIONS.md"
@@ -213,19 +213,29 @@ def test_the_shared_quick_run_draws_its_figures(script, tmp_path):
         ET.fromstring((tmp_path / name).read_bytes())       # well-formed SVG
 
 
+# The flags of the sweep's run. It is conftest.student_run's one fresh run of `--quick
+# --figures DIR` under PYTHONIOENCODING=cp936, which the golden comparison of a fresh process
+# (test_golden_outputs.py, where its flags are these) and the code-page check of the script
+# (test_console_encoding.py) read too: each test makes its own assertions on the one run.
+STUDENT_ARGV = ("--quick",)
+
+
+def quick_run_with_figures(script):
+    return student_run(LECTURE09 / script, STUDENT_ARGV, code_page="cp936", figures=True)
+
+
 @pytest.mark.parametrize("script", sorted(QUICK_FILES))
 @pytest.mark.slow
 @pytest.mark.sweep
-def test_quick_run_with_figures_writes_the_files(script, tmp_path):
+def test_quick_run_with_figures_writes_the_files(script):
     """The sweep tier: each script as a student runs it, --quick --figures DIR."""
     if script == "09_torchft.py" and not sys.platform.startswith("linux"):
         pytest.skip("torchft runs on Linux only")
     if script == "10_hivemind.py" and sys.platform == "win32":
         pytest.skip("hivemind does not run on Windows")
-    out = tmp_path / "figures"
-    done = subprocess.run([sys.executable, str(LECTURE09 / script), "--quick", "--figures", str(out)],
-                          capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = quick_run_with_figures(script)
+    out = done.figures
+    assert done.status == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == sorted(QUICK_FILES[script])
     for name in QUICK_FILES[script]:
         ET.fromstring((out / name).read_bytes())

@@ -3,19 +3,19 @@
 Lecture 9's scripts whose quick run other tests read too (IN_PROCESS) are compared on that
 one run, main() in this process (conftest.shared_quick_run), so the five-minute part runs
 each quick mode once; the others run as a student runs them (a fresh process, from the
-repository root). test_smoke.py starts every script as a fresh process. What may differ
+repository root; under a Windows code page, and with --figures where test_figures.py's sweep
+runs the same flags: one run for the three checks, fresh_run below). test_smoke.py starts
+every script as a fresh process. What may differ
 between machines is described in golden_compare.py. Set GOLDEN_UPDATE=1 to rewrite the
 files after an intended change, then read `git diff tests/golden` before committing.
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import QUICK_ARGV, shared_quick_run
+from conftest import QUICK_ARGV, shared_quick_run, student_run
 from golden_compare import Golden, differences
 from lecture01.console import LINE_WIDTH, display_width
 
@@ -62,14 +62,30 @@ IN_PROCESS = {"01_collectives.py", "02_data_parallel.py", "03_memory_zero.py", "
               "07_compression_beyond.py", "08_byzantine.py", "11_frontier.py"}
 
 
+# A fresh process runs under PYTHONIOENCODING=cp936 (Windows' redirect; a script without
+# console.utf8_output() stops at its first '✓'), and with --figures DIR where its flags are the
+# ones test_figures.py's sweep runs with: that one run serves the golden comparison here, the
+# code-page check (test_console_encoding.py) and the figures check, each with its own assertion.
+FRESH_CODE_PAGE = "cp936"
+
+
+def fresh_run(golden):
+    """The golden's run in a fresh process (conftest.student_run: once per session)."""
+    from test_figures import QUICK_FILES, STUDENT_ARGV
+    script = Path(golden.script).name
+    figures = golden.script.startswith("code/lecture09/") and script in QUICK_FILES \
+        and tuple(golden.args) == STUDENT_ARGV
+    return student_run(golden.script, golden.args, code_page=FRESH_CODE_PAGE, figures=figures,
+                       timeout_s=max(golden.timeout_s, 900))
+
+
 def run_quick(golden, fresh_process=False):
     script = Path(golden.script).name
     if script in IN_PROCESS and not fresh_process:
         assert golden.args == QUICK_ARGV.get(script, ("--quick",)), "one quick run per script"
         return shared_quick_run(script)[1]
-    done = subprocess.run([sys.executable, golden.script, *golden.args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=golden.timeout_s)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = fresh_run(golden)
+    assert done.status == 0, done.stderr[-2000:]
     return done.stdout
 
 

@@ -34,10 +34,21 @@ CHEAPEST = {
 }
 
 
+_RUNS = {}
+
+
 def run(script, argv, code_page=None):
     """stdout of a script run as a student would, from another folder; code_page: run it as
     Windows runs a redirected script (PYTHONIOENCODING=cp1252: no 汉字 at all), the output
-    read as UTF-8 all the same (test_console_encoding.py has cp936 and the rest)."""
+    read as UTF-8 all the same (test_console_encoding.py has cp936 and the rest). One run per
+    (script, argv, code page) in a session: two tests read each --help's one run."""
+    key = (str(script), tuple(argv), code_page)
+    if key not in _RUNS:
+        _RUNS[key] = _run(script, argv, code_page)
+    return _RUNS[key]
+
+
+def _run(script, argv, code_page):
     import os
     from lecture01.console import display_width
     env = {**os.environ, "COLUMNS": "100", **({"PYTHONIOENCODING": code_page} if code_page else {})}
