@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import LECTURE09, ROOT, load_script, main_quietly, shared_quick_run, student_run
+from conftest import LECTURE09, ROOT, SWEEP_TIER, load_script, main_quietly, shared_quick_run, student_run
 
 FIGURES = ROOT / "lectures" / "lecture09" / "figures"
 CAPTIONS = FIGURES / "CAPTIONS.md"
