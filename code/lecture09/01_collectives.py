@@ -26,7 +26,7 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     python3 code/lecture09/01_collectives.py --demo 1      # 只看环形 all-reduce 的例子，瞬间
     python3 code/lecture09/01_collectives.py --demo 4 --latency-us 10 --bandwidth-gbps 100
     python3 code/lecture09/01_collectives.py --real-p 3 --repeats 9
-    python3 code/lecture09/01_collectives.py --links 20 100   # 演示 7：α = 20 ms、100 Mbit/s 的链路，约半分钟
+    python3 code/lecture09/01_collectives.py --links 20 100   # 演示 7，约 13 s（README）
     python3 code/lecture09/01_collectives.py --quick       # 很小的设置（测试用）
     python3 code/lecture09/01_collectives.py --help
 
