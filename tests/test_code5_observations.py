@@ -64,3 +64,25 @@ def test_observation_4_branches(adam, sgd, momentum, words):
 def code5_report():
     from lecture09.compress import demo2_report
     return demo2_report
+
+
+class _Recipe:
+    clip_norm = 1.0
+
+
+class _AdamSetup:
+    recipe = _Recipe()
+
+
+@pytest.mark.parametrize("sign_gains, said", [
+    ([-0.5], True), ([-0.51, -0.46], True),    # error feedback hurt sign on every seed: the hypothesis
+    ([0.2], False), ([0.004], False),          # it helped, or did nothing: no reason to explain
+    ([-0.5, 0.2], False),                      # seeds disagree: nothing to explain either
+])
+def test_the_sign_mechanism_is_said_as_a_hypothesis_and_only_when_error_feedback_hurt(sign_gains, said):
+    """Observation 3's mechanism: no run separates its two causes, so it is printed as a
+    hypothesis with the exercise that would, and only on the branch it would explain."""
+    text = code5_report().sign_error_feedback_hypothesis(sign_gains, _AdamSetup())
+    assert bool(text) == said
+    if said:
+        assert text.startswith("可能的原因（假设 hypothesis") and "练习 9" in text and "范数压到 1）" in text

@@ -268,11 +268,22 @@ def test_cross_flag_errors_are_bilingual_and_one_line(argv, chinese, capsys):
 def test_demo2_flag_defaults_written_out_agree_with_compressed_dp():
     t, seeds = code5.compressed_dp.TrainSetup(), code5.compressed_dp.Seeds()
     c = code5.CompressionSetup()
-    assert code5.DEMO2_DEFAULTS == dict(steps=t.steps, topk_ratio=t.topk_ratio, sgd_lr=t.sgd_lr,
+    assert code5.DEMO2_DEFAULTS == dict(steps=code5.CLASS_STEPS, topk_ratio=t.topk_ratio, sgd_lr=t.sgd_lr,
                                         sgd_momentum=t.sgd_momentum, model_seed=seeds.model, data_seed=seeds.data,
                                         seeds=c.n_seeds, jobs=c.jobs)
     args, _, compression = code5.parse_args([])
-    assert replace(compression.train, precision=t.precision) == t and compression.seeds == seeds
+    assert replace(compression.train, precision=t.precision) == t.with_steps(code5.CLASS_STEPS)
+    assert compression.seeds == seeds
+
+
+@pytest.mark.parametrize("argv, steps", [([], 240), (["--demo", "2"], 240), (["--demo", "time"], 300),
+                                         (["--demo", "time", "--steps", "240"], 240),
+                                         (["--demo", "2", "--steps", "300"], 300)])
+def test_demo2_trains_240_steps_and_the_time_demo_300_unless_steps_is_given(argv, steps):
+    """The class run's 240 (issue 43) and --demo time's 300 (table 5.10): a given --steps wins."""
+    assert (code5.CLASS_STEPS, code5.TIME_STEPS) == (240, code5.compressed_dp.TrainSetup().steps) == (240, 300)
+    _, _, compression = code5.parse_args(argv)
+    assert compression.train.steps == steps
 
 
 @pytest.mark.parametrize("script, argv", [(LECTURE09 / "05_decentralized.py", ["--help"]),

@@ -65,3 +65,24 @@ def test_pool_workers_train_at_the_parents_cpu_priority():
     with context.Pool(1, initializer=cdp._start_worker, initargs=([0],)) as pool:
         worker = pool.map(_own_niceness, [None])[0]
     assert worker == os.nice(0)
+
+
+def _shown(steps_done, steps_per_run, elapsed, label="训练中 training"):
+    progress = run_progress.ShownProgress(iter(()), steps_done, steps_per_run, polled=True, label=label,
+                                          status=StatusLine(io.StringIO()))
+    return progress.text(now=progress.started + elapsed)
+
+
+def test_the_progress_line_estimates_the_seconds_left_from_the_pace_so_far():
+    # 10 runs of 240 steps, 600 of 2,400 done in 15 s: 1,800 more at 40 steps a second = 45 s
+    line = _shown([240, 240, 60, 60] + [0] * 6, 240, 15.0)
+    assert line == "  训练中 training：2/10 个运行完成；第 3 个 60/240 步，第 4 个 60/240 步（已用 15 秒，约还要 45 秒）"
+    assert "约还要" not in _shown([4] + [0] * 9, 240, 1.0)          # under 2% done: no guess yet
+    assert _shown([240] * 10, 240, 30.0).endswith("10/10 个运行完成（已用 30 秒）")
+
+
+def test_the_progress_line_fits_the_projector_with_many_runs_at_once():
+    from lecture01.console import LINE_WIDTH, display_width
+    line = _shown([1000] * 90 + [100] * 8 + [0] * 2, 1000, 3600.0)     # --seeds 10 --steps 1000 --jobs 8
+    assert display_width(line) <= LINE_WIDTH and "约还要" in line and "第 91 个" in line
+    assert "第 93 个" not in line                  # the third run training was dropped to fit

@@ -62,9 +62,9 @@ def _train_job(job):
 # Training workers run at the parent's CPU priority. They once ran at niceness +10 so that
 # demo 1's search (code 05) stayed in front (7.5 s instead of 11-12 s on 2 cores), but then
 # any normal program beside them (a browser, the projector's software) takes a whole core
-# from them: with one process spinning on one core, code 05's default run took 105.9 s at +10
-# and 70.4 s at the parent's priority; idle, 47.2 s and 45.7 s (medians of 3, whole process,
-# 2-core Intel Xeon with AMX; README).
+# from them: with one process spinning on one core, code 05's default run (then 300 steps)
+# took 105.9 s at +10 and 70.4 s at the parent's priority; idle, 47.2 s and 45.7 s (medians of
+# 3, whole process, 2-core Intel Xeon with AMX; README).
 
 
 def _start_worker(steps_done):

@@ -206,11 +206,22 @@ def demo2_observations(setup, rows, out=print_wrapped):
         f"{diverged_note}{comparison}{every}。")
     out(f" 3. 只发符号（每个分量 1 bit）：AdamW 下没有误差反馈 {bpc(sign)}（{WORDS[sign.verdict]}，Δ {delta(sign)}），"
         f"有误差反馈 {bpc(sign_ef)}；误差反馈在这里{gain_words(sign, sign_ef)}。")
-    out("    Adam 的更新本来就按每个分量的大小归一化，方向主要由符号决定，所以只发符号丢的信息不多；"
-        f"误差反馈累积的残差则要先经过聚合后的全局裁剪（把范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，"
-        "不再是'晚一点发出去'那么简单。")
+    sign_hypothesis = sign_error_feedback_hypothesis(gains(sign, sign_ef), t)
+    if sign_hypothesis:
+        out("    " + sign_hypothesis)
     out(" 4. " + error_feedback_and_the_optimizer(gain_adam, gain_sgd, t))
     out(" 结论：压缩会和优化器、梯度裁剪互相影响，不能单独设计；这个几百步的玩具实验展示机制，不能决定哪种方法更好。")
+
+
+def sign_error_feedback_hypothesis(sign_gains, t):
+    """Observation 3's second line: why error feedback might hurt sign compression under AdamW,
+    said only when it did hurt on every seed (sign_gains: without − with, per seed), and said
+    as what it is: two candidate causes no run here has separated (notes §5.7, exercise 9)."""
+    if compressed_dp.verdict([-x for x in sign_gains]) != "worse":
+        return ""
+    return ("可能的原因（假设 hypothesis，这里没有只去掉一个原因的对照；讲义 5.7 节、练习 9）："
+            "Adam 按每个分量的大小归一化，只发符号本来丢的信息不多；误差反馈攒下的残差要先经过聚合后的"
+            f"全局裁剪（范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，不再是'晚一点发出去'那么简单。")
 
 
 def error_feedback_and_the_optimizer(gain_adam, gain_sgd, t):

@@ -12,7 +12,7 @@ pool, and stdout is the same with or without it.
 import multiprocessing
 import time
 
-from lecture01.console import StatusLine
+from lecture01.console import LINE_WIDTH, StatusLine, display_width
 
 _steps_done = None     # shared array of ints, one slot per run, in every process that trains
 _slot = None           # the slot of the run this process is training now
@@ -52,13 +52,25 @@ class ShownProgress:
         self.status = StatusLine() if status is None else status
         self.started = time.perf_counter()
 
-    def text(self):
-        n = len(self.steps_done)
-        finished = sum(1 for s in self.steps_done if s >= self.steps_per_run)
-        running = [f"第 {i + 1} 个 {s}/{self.steps_per_run} 步" for i, s in enumerate(self.steps_done)
-                   if 0 < s < self.steps_per_run]
-        return (f"  {self.label}：{finished}/{n} 个运行完成" + ("；" + "，".join(running[:3]) if running else "")
-                + f"（已用 {time.perf_counter() - self.started:.0f} 秒）")
+    def text(self, now=None):
+        """One status line within LINE_WIDTH columns: runs done, the runs training now, the
+        seconds used and, once 2% of all steps are done, an estimate of the seconds left
+        (the steps still to train at the mean pace so far)."""
+        elapsed = (time.perf_counter() if now is None else now) - self.started
+        counts = [min(s, self.steps_per_run) for s in self.steps_done]
+        n, done, total = len(counts), sum(counts), len(counts) * self.steps_per_run
+        finished = sum(1 for s in counts if s >= self.steps_per_run)
+        timing = f"已用 {elapsed:.0f} 秒"
+        if total and done >= 0.02 * total and done < total:
+            timing += f"，约还要 {elapsed * (total - done) / done:.0f} 秒"
+        running = [f"第 {i + 1} 个 {s}/{self.steps_per_run} 步" for i, s in enumerate(counts)
+                   if 0 < s < self.steps_per_run][:3]
+        while True:
+            text = (f"  {self.label}：{finished}/{n} 个运行完成" + ("；" + "，".join(running) if running else "")
+                    + f"（{timing}）")
+            if not running or display_width(text) <= LINE_WIDTH:
+                return text
+            running.pop()
 
     def refresh(self):
         self.status.show(self.text())

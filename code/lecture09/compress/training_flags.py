@@ -13,11 +13,11 @@ DEFAULTS = dict(steps=300, model_seed=0, data_seed=1, seeds=1, jobs=2)
 MAX_SEEDS = 10   # --seeds: 10 seed pairs x 10 rows = 100 runs, about 8 minutes on 2 cores
 
 
-def add_training_arguments(group, defaults=DEFAULTS):
+def add_training_arguments(group, defaults=DEFAULTS, steps_help="训练步数 training steps (default %(default)s)"):
     """Add --steps, --model-seed, --data-seed, --seeds, --jobs and the precision flags to
-    an argparse parser or argument group."""
+    an argparse parser or argument group (steps_help: for a script whose demos differ in steps)."""
     d = defaults
-    group.add_argument("--steps", type=positive_int, default=d["steps"], help="训练步数 training steps (default %(default)s)")
+    group.add_argument("--steps", type=positive_int, default=d["steps"], help=steps_help)
     group.add_argument("--model-seed", type=non_negative_int, default=d["model_seed"],
                        help="模型初始化的种子 model init seed (default %(default)s)")
     group.add_argument("--data-seed", type=non_negative_int, default=d["data_seed"],
