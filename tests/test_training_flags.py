@@ -48,7 +48,11 @@ def test_codes_5_and_7_use_the_one_definition(script, monkeypatch):
         module.parse_args([])
     for flag in SHARED:
         mine, theirs = seen[flag], _actions(reference)[flag]
-        assert (mine.help, mine.default, mine.choices) == (theirs.help, theirs.default, theirs.choices), flag
+        if (script, flag) == ("05_decentralized.py", "--steps"):   # the class run's 240, --demo time's 300
+            assert mine.default == module.CLASS_STEPS and f"--demo time {module.TIME_STEPS}" in mine.help
+            assert module.TIME_STEPS == theirs.default and mine.choices is theirs.choices is None
+        else:
+            assert (mine.help, mine.default, mine.choices) == (theirs.help, theirs.default, theirs.choices), flag
         if theirs.type is not None:   # the same checks: the same values accepted and refused
             assert [_parsed(mine.type, v) for v in SAMPLES] == [_parsed(theirs.type, v) for v in SAMPLES], flag
 
