@@ -1,4 +1,4 @@
-"""Run times of codes 08-11 (issue 44, item 10): a time given in a script's docstring or
+"""Run times of codes 05 and 08-11 (issue 44, item 10; code 05: issue 43): a time given in a script's docstring or
 --help, or in sections 8-11 of the notes, is the README's measured median or points to the
 README's table; vague guesses ("几秒钟", "约半分钟", "约 1 分钟") are not given at all.
 
@@ -16,7 +16,7 @@ from notes_book import LECTURE09_NOTES_DIR
 pytestmark = pytest.mark.smoke
 
 README = ROOT / "README.md"
-SCRIPTS = ("08_byzantine.py", "09_torchft.py", "10_hivemind.py", "11_frontier.py")
+SCRIPTS = ("05_decentralized.py", "08_byzantine.py", "09_torchft.py", "10_hivemind.py", "11_frontier.py")
 VAGUE = re.compile(r"几秒钟|几秒跑完|半分钟|约 ?[1一] ?分钟|几分钟")
 # a run time: a figure with a unit of time, in seconds or minutes
 TIME = re.compile(r"(\d+(?:\.\d+)?) ?(秒|s|分钟|min)(?![\w-])")
@@ -25,11 +25,13 @@ UNIT = {"秒": "s", "s": "s", "分钟": "min", "min": "min"}
 
 
 def readme_times(script):
-    """Every "figure unit" in the README's run-time cell for `script`: {"46 s", "8.4 s", ...}."""
-    row = next(line for line in README.read_text(encoding="utf-8").splitlines()
-               if line.startswith(f"| `code/lecture09/{script}`"))
+    """Every "figure unit" in the README's run-time cell for `script`, and in the paragraph
+    "Code N's other runs" under the table when the script has one: {"46 s", "8.4 s", ...}."""
+    readme = README.read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith(f"| `code/lecture09/{script}`"))
     cell = [c.strip() for c in row.strip().strip("|").split("|")][3]
-    return {f"{n} {UNIT[u]}" for n, u in TIME.findall(cell)}
+    other = re.search(rf"^Code {int(script[:2])}'s other runs.*?(?=\n\n)", readme, re.M | re.S)
+    return {f"{n} {UNIT[u]}" for n, u in TIME.findall(cell + (other.group(0) if other else ""))}
 
 
 def run_lines(text, script):
