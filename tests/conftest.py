@@ -18,9 +18,9 @@ LECTURE01 = ROOT / "code" / "lecture01"
 LECTURE09 = ROOT / "code" / "lecture09"
 
 # The sweep tier: a legal-extreme flag sweep of a demo that trains or starts processes, or a
-# further case (another seed, scheme or moment of a kill) of a check the five-minute part
+# further case (another seed, scheme or moment of a kill) of a check the main part
 # makes once. A few seconds each add up to minutes: `python3 -m pytest` (what CI runs) and
-# the whole suite run them, `-m sweep` runs them alone, the five-minute part (`-m "not
+# the whole suite run them, `-m sweep` runs them alone, the main part (`-m "not
 # slow"`) leaves them out.
 SWEEP_TIER = (pytest.mark.slow, pytest.mark.sweep)
 

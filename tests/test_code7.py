@@ -139,7 +139,7 @@ def test_help_and_flag_errors_answer_without_torch(argv):
 
 
 @pytest.mark.slow
-@pytest.mark.sweep                  # Ctrl-C in a training pool: code 05's is in the five-minute part
+@pytest.mark.sweep                  # Ctrl-C in a training pool: code 05's is in the main part
 def test_ctrl_c_stops_with_one_line_and_leaves_nothing():
     proc = start_in_own_group(SCRIPT, "--steps", "300", "--jobs", "2")
     wait_until_group_has(proc, 3)

@@ -6,7 +6,7 @@
 - The course font draws the Chinese labels (their outlines are the font's glyphs, not the
   empty box), a character it lacks stops the figure with one message naming it.
 - --help never imports matplotlib; a bad --figures path is one line and exit status 2.
-- Each script's quick run with --figures writes the files it should (the five-minute part
+- Each script's quick run with --figures writes the files it should (the main part
   draws from the shared quick runs; the sweep tier runs every script as a student would).
 - CAPTIONS.md has an entry (section, alt text, caption) for every committed figure.
 """
@@ -60,7 +60,7 @@ def redraw(script, argv, directory):
 # --- byte for byte ---------------------------------------------------------------------
 
 # demo 3 searches for about 5 CPU-seconds: its bytes are checked in the sweep tier (CI runs
-# it); the five-minute part draws its figure from a quick study (test_demo3_convergence_...)
+# it); the main part draws its figure from a quick study (test_demo3_convergence_...)
 SWEPT = {"05_decentralized.py --demo 3"}
 
 
@@ -145,7 +145,7 @@ def test_a_figure_name_must_say_lecture_and_section(tmp_path):
 
 # --- the flag ------------------------------------------------------------------------------
 
-# the one-minute check tries one script; the five-minute part every one
+# the one-minute check tries one script; the main part every one
 ONE_IN_SMOKE = [pytest.param(s, marks=pytest.mark.smoke if s == "04_pipeline.py" else ()) for s in sorted(QUICK_FILES)]
 
 
@@ -203,7 +203,7 @@ MODULES = {"01_collectives.py": "lecture09.ranks.collectives_figures",
 
 @pytest.mark.parametrize("script", sorted(SHARED))
 def test_the_shared_quick_run_draws_its_figures(script, tmp_path):
-    """The five-minute part: the figures of the quick run every other test reads."""
+    """The main part: the figures of the quick run every other test reads."""
     import importlib
 
     results, _ = shared_quick_run(script)

@@ -132,7 +132,7 @@ SWEEPS = {
 CASES = [(script, argv) for script, grid in SWEEPS.items() for argv in grid]
 
 # Demos that train or start real ranks take seconds each; their extremes are the sweep tier
-# (conftest.SWEEP_TIER). Arithmetic demos take milliseconds and stay in the five-minute part.
+# (conftest.SWEEP_TIER). Arithmetic demos take milliseconds and stay in the main part.
 TRAINS_OR_SPAWNS = {"01_collectives.py": {"7"}, "02_data_parallel.py": "all", "03_memory_zero.py": {"5", "6"},
                     "04_pipeline.py": {"5", "6", "7"}, "06_swarm_http.py": "all",
                     "07_compression_beyond.py": "all", "08_byzantine.py": "all", "09_torchft.py": "all",

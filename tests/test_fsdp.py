@@ -78,7 +78,7 @@ def test_demo6_in_the_quick_run():
 
 
 @pytest.mark.slow
-@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the five-minute part
+@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the main part
 def test_ctrl_c_during_the_fsdp_ranks_stops_everything_with_one_line():
     from conftest import interrupt_when_ranks_run
     status, err, left = interrupt_when_ranks_run([str(LECTURE09 / "03_memory_zero.py"), "--demo", "6", "--steps", "500"], 2)

@@ -8,7 +8,7 @@ from conftest import SWEEP_TIER
 from lecture09.compress import compressed_dp as cdp
 
 
-# PowerSGD in the five-minute part (only this test runs it on real ranks); the others'
+# PowerSGD in the main part (only this test runs it on real ranks); the others'
 # gradients are checked entry by entry below, their losses in the sweep tier.
 @pytest.mark.parametrize("run", [pytest.param(cdp.Run("fp16", "adamw", "fp16"), marks=SWEEP_TIER),
                                  pytest.param(cdp.Run("int8", "adamw", "int8"), marks=SWEEP_TIER),

@@ -1,7 +1,7 @@
 """Each script's quick-mode output against its committed golden file (tests/golden/).
 
 Lecture 9's scripts whose quick run other tests read too (IN_PROCESS) are compared on that
-one run, main() in this process (conftest.shared_quick_run), so the five-minute part runs
+one run, main() in this process (conftest.shared_quick_run), so the main part runs
 each quick mode once; the others run as a student runs them (a fresh process, from the
 repository root; under a Windows code page, and with --figures where test_figures.py's sweep
 runs the same flags: one run for the three checks, fresh_run below). test_smoke.py starts

@@ -215,7 +215,7 @@ def test_help_does_not_need_torch():
 
 
 @pytest.mark.slow
-@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the five-minute part
+@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the main part
 def test_ctrl_c_stops_with_one_line_and_no_process_left():
     status, err, left = interrupt_when_ranks_run([str(LECTURE09 / "03_memory_zero.py"), "--demo", "4", "--ranks", "2",
                                                   "--steps", "500"], 2)

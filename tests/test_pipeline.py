@@ -293,7 +293,7 @@ def test_nonsense_flags_exit_with_status_2(argv, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the five-minute part
+@pytest.mark.sweep                  # Ctrl-C on ranks run_ranks started: code 02's test is the one in the main part
 def test_ctrl_c_stops_with_one_line_and_no_process_left():
     status, err, left = interrupt_when_ranks_run([str(LECTURE09 / "04_pipeline.py"), "--demo", "2", "--pipe-ranks", "2",
                                                   "--batch-size", "2000", "--pipe-micro-batches", "100"], 2)

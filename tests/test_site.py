@@ -14,7 +14,7 @@
   searching 流水线 finds the pipeline section; screenshots go to pytest's tmp folder.
 
 The hooks' unit tests are in the smoke set, the notes' build and the broken build in the
-five-minute part, the small site's build and the browser test in the slow tier (the browser
+main part, the small site's build and the browser test in the slow tier (the browser
 test marked `browser`; `python3 -m pytest`, what CI runs, includes both).
 Without the docs requirements (`pip install -r requirements-docs.txt`) these tests skip
 with that reason; the browser test skips where no chromium is installed (`.ci/run`

@@ -475,7 +475,7 @@ def test_ctrl_c_in_the_default_run_stops_with_one_line_and_no_process_left():
 
 
 @pytest.mark.slow
-@pytest.mark.sweep                  # the default run's Ctrl-C is in the five-minute part
+@pytest.mark.sweep                  # the default run's Ctrl-C is in the main part
 def test_serve_and_worker_by_parts_then_ctrl_c_each(tmp_path):
     server = _start("--serve", "--workers", "1", "--steps", "100000", "--token", "class9",
                     "--checkpoint-dir", str(tmp_path))

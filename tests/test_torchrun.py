@@ -90,7 +90,7 @@ def test_a_world_size_torchrun_did_not_start_is_one_line():
 # Every other script with real ranks, one torchrun agent with as many ranks as the demo
 # needs; rank 0 prints what the self-spawned run prints (timings blanked, [实测] skipped).
 # About 2.5 minutes in all (code 05's self-spawned run starts 4 processes per row): the
-# sweep tier; the two-node run of code 02 above is in the five-minute part.
+# sweep tier; the two-node run of code 02 above is in the main part.
 # The engines' scripts (codes 09 and 10) start their own kinds of processes (torchft's
 # Lighthouse and replica groups, hivemind's DHT peers), not torch.distributed ranks.
 UNDER_TORCHRUN = [
