@@ -201,7 +201,9 @@ def test_code5_demo2_claims_hold_in_every_run(code5_runs, run):
     output = code5_runs[run]
     t = demo2_tables(output)
     base = t[("adamw", NONE)][2]
-    assert base <= 1.7                                              # lecture 1's model learns in 300 steps
+    # lecture 1's model learns: under lecture 1's 1.7 at demo 2's 240 steps too (at most 1.6997 over
+    # 5 seed pairs in fp32 and bf16 here, §5.7), with the tolerance for another CPU
+    assert base <= 1.7 + MACHINE_TOLERANCE_BPC
     assert abs(t[("adamw", FP16)][3]) <= TOLERANCE_BPC             # "fp16 is free"
     assert abs(t[("adamw", INT8)][3]) <= TOLERANCE_BPC             # "int8 is nearly free"
     assert says(output, "fp16：通信量减半，和不压缩差不多") and says(output, "通信量 1/4，和不压缩差不多")
