@@ -26,7 +26,7 @@ Lecture 9, code 1: collectives written from point-to-point messages, and what th
     python3 code/lecture09/01_collectives.py --demo 1      # 只看环形 all-reduce 的例子，瞬间
     python3 code/lecture09/01_collectives.py --demo 4 --latency-us 10 --bandwidth-gbps 100
     python3 code/lecture09/01_collectives.py --real-p 3 --repeats 9
-    python3 code/lecture09/01_collectives.py --links 20 100   # 演示 7，约 13 s（README）
+    python3 code/lecture09/01_collectives.py --links 20 100   # 演示 7，13.2 s（README）
     python3 code/lecture09/01_collectives.py --quick       # 很小的设置（测试用）
     python3 code/lecture09/01_collectives.py --help
 
@@ -316,7 +316,7 @@ def parse_args(argv=None):
     p.add_argument("--links", nargs=2, type=float_in(0, 1e6), metavar=("LATENCY_MS", "MBIT_S"),
                    help="演示 7：每条链路的延迟 ms 和带宽 Mbit/s；只给它就只跑演示 7 emulated links "
                         f"(default for --demo 7: {DEFAULT_LINK[0]:g} {DEFAULT_LINK[1]:g})")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
+    p.add_argument("--quick", action="store_true", help="很小的设置，秒级跑完（测试用）tiny settings for tests")
     add_figures_flag(p)                 # fig09_01_allreduce_time.svg (demo 4)
     p.add_argument("--n-bytes", type=int_in(1, 2**34), default=m.n_bytes,
                    help="演示 2、3、6 每个工作者的字节数 bytes per worker (default %(default)s = 1 MiB)")

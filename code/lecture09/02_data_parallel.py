@@ -17,7 +17,7 @@ Lecture 9, code 2: data parallelism on lecture 1's tiny GPT, on real gloo proces
 对应讲义 (notes): lectures/lecture09/02_data_parallel.md 第 2 节（第 1 节讲 all-reduce 本身）
 
 运行 (run):
-    python3 code/lecture09/02_data_parallel.py                 # 全部：2 个进程，2 核机器上约二十秒
+    python3 code/lecture09/02_data_parallel.py                 # 全部：2 个进程，时间见 README
     python3 code/lecture09/02_data_parallel.py --world-size 4  # 4 个进程（比核多：计时会难看）
     python3 code/lecture09/02_data_parallel.py --demo 1 --bucket-kb 16
     python3 code/lecture09/02_data_parallel.py --demo 2 --hook-steps 100 --powersgd-rank 1
@@ -303,7 +303,7 @@ def parse_args(argv=None):
     p = Parser(description="第 9 讲代码 2：数据并行的四种写法与 DDP 通信钩子 "
                                             "(lecture 9, code 2: data parallelism on real gloo processes)")
     p.add_argument("--demo", choices=("1", "2", "3", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟（测试用）tiny settings for tests")
+    p.add_argument("--quick", action="store_true", help="很小的设置，秒级跑完（测试用）tiny settings for tests")
     add_figures_flag(p)                # fig09_02_overlap_timeline.svg (demo 3)
     p.add_argument("--world-size", type=int_in(1, 8), default=s.world_size,
                    help="gloo 进程数 W，要能整除 --batch-size (default %(default)s)")

@@ -176,7 +176,7 @@ def parse_args(argv=None):
         description="第 9 讲代码 4：流水线并行、张量并行、3D 并行 (lecture 9 code 4: pipeline, tensor, 3D parallelism)",
         epilog="例 example: --demo 1 --stages 4 --micro-batches 4 --t-backward 2；--demo 4 --plan-model 7B --plan-gpus 64")
     p.add_argument("--demo", choices=("1", "2", "3", "4", "5", "6", "7", "all"), default="all", help="跑哪个演示 which demo (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）")
+    p.add_argument("--quick", action="store_true", help="很小的设置，秒级跑完（冒烟测试 smoke test）")
     add_figures_flag(p)                # fig09_04_*.svg: the schedules and the bubble (demo 1 or 5)
     g1 = p.add_argument_group("演示 1 demo 1")
     g1.add_argument("--stages", type=int_in(1, 16), default=s.n_stages, help="时间线的阶段数 p pipeline stages (default %(default)s)")

@@ -44,7 +44,7 @@
 都只打印一行并以状态 130 退出，不留下进程。
 
 运行 Run（在仓库根目录 from the repository root）：
-  python3 code/lecture09/06_swarm_http.py                          # 默认：(1) 和 (2)
+  python3 code/lecture09/06_swarm_http.py                          # 默认：(1) 和 (2)，时间见 README
   python3 code/lecture09/06_swarm_http.py --steps 40 --modes topk  # 更短，只一种压缩
   python3 code/lecture09/06_swarm_http.py --update async           # 每份上传走一步，学习率乘 1/(1+age)
   python3 code/lecture09/06_swarm_http.py --aggregator median --attack tiny-dense   # 第 8 节

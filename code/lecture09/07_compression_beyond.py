@@ -15,10 +15,10 @@ and what each buys on demo 1's slow network.
 对应讲义 (notes): lectures/lecture09/07_compression_beyond.md §7.1–§7.5
 
 运行 (run):
-    python3 code/lecture09/07_compression_beyond.py              # 12 个模型，各 300 步（2 核约 1–2 分钟）
+    python3 code/lecture09/07_compression_beyond.py              # 12 个模型，各 300 步（时间见 README）
     python3 code/lecture09/07_compression_beyond.py --seeds 3    # 每行 3 组种子：平均和范围
     python3 code/lecture09/07_compression_beyond.py --powersgd-ranks 1 2 4 --diloco-h 10 50
-    python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，几秒钟（测试用）
+    python3 code/lecture09/07_compression_beyond.py --quick      # 很小的设置，秒级跑完（测试用）
 需要 (needs): torch、numpy；本目录的 compressed_dp.py、compression*.py、powersgd.py、onebit_adam.py、
 local_sgd.py、dist_sim.py 和 schedule_setup.py（演示 1 的任务和网络）。用时打印到 stderr。
 """
@@ -339,7 +339,7 @@ def observations(settings, table, costs, dc_total, out=print_wrapped):
 def parse_args(argv=None):
     d = DEFAULTS
     p = Parser(description="第 9 讲代码 7：压缩的更多做法 (lecture 9 code 7: compression beyond demo 2)")
-    p.add_argument("--quick", action="store_true", help="很小的设置，几秒钟跑完（冒烟测试 smoke test）；覆盖 --steps、--diloco-h、--diloco-compressed-h "
+    p.add_argument("--quick", action="store_true", help="很小的设置，秒级跑完（冒烟测试 smoke test）；覆盖 --steps、--diloco-h、--diloco-compressed-h "
                         "tiny settings for a smoke test (they replace those flags, and a note says so)")
     add_figures_flag(p)                 # fig09_07_loss_curves.svg
     p.add_argument("--block-size", type=int_in(1, 1 << 20), default=d["block_size"],
