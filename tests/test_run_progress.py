@@ -45,7 +45,7 @@ def test_progress_shows_steps_in_a_pool_and_in_process_with_the_same_results():
         assert list(iterator.steps_done) == [12, 12]     # every run reported all its steps
     assert results[1] == results[2]
     lines = log.getvalue().splitlines()
-    assert lines and all("个运行完成" in line for line in lines)
+    assert lines and all("个完成" in line for line in lines)
     assert any("/12 步" in line for line in lines)       # a run seen while it trained
 
 
@@ -76,9 +76,11 @@ def _shown(steps_done, steps_per_run, elapsed, label="训练中 training"):
 def test_the_progress_line_estimates_the_seconds_left_from_the_pace_so_far():
     # 10 runs of 240 steps, 600 of 2,400 done in 15 s: 1,800 more at 40 steps a second = 45 s
     line = _shown([240, 240, 60, 60] + [0] * 6, 240, 15.0)
-    assert line == "  训练中 training：2/10 个运行完成；第 3 个 60/240 步，第 4 个 60/240 步（已用 15 秒，约还要 45 秒）"
+    assert line == "  训练中 training：2/10 个完成；第 3 个 60/240 步，第 4 个 60/240 步（已用 15 秒，约还要 45 秒）"
     assert "约还要" not in _shown([4] + [0] * 9, 240, 1.0)          # under 2% done: no guess yet
-    assert _shown([240] * 10, 240, 30.0).endswith("10/10 个运行完成（已用 30 秒）")
+    # the class run's first line: both runs training stay on it (102 columns before "个完成")
+    assert "第 2 个 190/240 步" in _shown([178, 190] + [0] * 8, 240, 10.0)
+    assert _shown([240] * 10, 240, 30.0).endswith("10/10 个完成（已用 30 秒）")
 
 
 def test_the_progress_line_fits_the_projector_with_many_runs_at_once():

@@ -66,7 +66,7 @@ class ShownProgress:
         running = [f"第 {i + 1} 个 {s}/{self.steps_per_run} 步" for i, s in enumerate(counts)
                    if 0 < s < self.steps_per_run][:3]
         while True:
-            text = (f"  {self.label}：{finished}/{n} 个运行完成" + ("；" + "，".join(running) if running else "")
+            text = (f"  {self.label}：{finished}/{n} 个完成" + ("；" + "，".join(running) if running else "")
                     + f"（{timing}）")
             if not running or display_width(text) <= LINE_WIDTH:
                 return text
