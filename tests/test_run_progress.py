@@ -67,16 +67,30 @@ def test_pool_workers_train_at_the_parents_cpu_priority():
     assert worker == os.nice(0)
 
 
-def _shown(steps_done, steps_per_run, elapsed, label="训练中 training"):
+def _shown(steps_done, steps_per_run, elapsed, label="训练中 training", first_step_at=0.0):
+    """The line at `elapsed` s, a step having first been seen done at `first_step_at` s."""
     progress = run_progress.ShownProgress(iter(()), steps_done, steps_per_run, polled=True, label=label,
                                           status=StatusLine(io.StringIO()))
+    progress.first_step_s = progress.started + first_step_at
     return progress.text(now=progress.started + elapsed)
 
 
 def test_the_progress_line_estimates_the_seconds_left_from_the_pace_so_far():
-    # 10 runs of 240 steps, 600 of 2,400 done in 15 s: 1,800 more at 40 steps a second = 45 s
+    # 10 runs of 240 steps, 600 of 2,400 done 15 s after the first step: 1,800 more at 40 a second = 45 s
     line = _shown([240, 240, 60, 60] + [0] * 6, 240, 15.0)
     assert line == "  训练中 training：2/10 个完成；第 3 个 60/240 步，第 4 个 60/240 步（已用 15 秒，约还要 45 秒）"
+    # the same steps, the first seen 3 s in (processes starting, torch importing): 12 s of training
+    assert _shown([240, 240, 60, 60] + [0] * 6, 240, 15.0, first_step_at=3.0).endswith("（已用 15 秒，约还要 36 秒）")
+
+
+def test_the_pace_is_timed_from_the_first_step_seen():
+    progress = run_progress.ShownProgress(iter(()), [0, 0], 100, polled=True, status=StatusLine(io.StringIO()))
+    t0 = progress.started
+    assert "约还要" not in progress.text(now=t0 + 2.0)          # nothing trained yet
+    progress.steps_done[:] = [10, 10]
+    assert "约还要" not in progress.text(now=t0 + 3.0)          # first seen now: no pace yet
+    progress.steps_done[:] = [50, 50]                          # 100 done, 2 s since: 100 left, 2 s
+    assert progress.text(now=t0 + 5.0).endswith("（已用 5 秒，约还要 2 秒）")
     assert "约还要" not in _shown([4] + [0] * 9, 240, 1.0)          # under 2% done: no guess yet
     # the class run's first line: both runs training stay on it (102 columns before "个完成")
     assert "第 2 个 190/240 步" in _shown([178, 190] + [0] * 8, 240, 10.0)

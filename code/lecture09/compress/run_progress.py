@@ -51,18 +51,23 @@ class ShownProgress:
         self.steps_per_run, self.label = steps_per_run, label
         self.status = StatusLine() if status is None else status
         self.started = time.perf_counter()
+        self.first_step_s = None        # when a step was first seen done: the pace is timed from there
 
     def text(self, now=None):
         """One status line within LINE_WIDTH columns: runs done, the runs training now, the
-        seconds used and, once 2% of all steps are done, an estimate of the seconds left
-        (the steps still to train at the mean pace so far)."""
-        elapsed = (time.perf_counter() if now is None else now) - self.started
+        seconds used and, once 2% of all steps are done, an estimate of the seconds left: the
+        steps still to train at the pace since a step was first seen done (starting the
+        processes and importing torch are not training, and would make it overshoot)."""
+        now = time.perf_counter() if now is None else now
         counts = [min(s, self.steps_per_run) for s in self.steps_done]
         n, done, total = len(counts), sum(counts), len(counts) * self.steps_per_run
+        if done and self.first_step_s is None:
+            self.first_step_s = now
         finished = sum(1 for s in counts if s >= self.steps_per_run)
-        timing = f"已用 {elapsed:.0f} 秒"
-        if total and done >= 0.02 * total and done < total:
-            timing += f"，约还要 {elapsed * (total - done) / done:.0f} 秒"
+        timing = f"已用 {now - self.started:.0f} 秒"
+        training_s = now - self.first_step_s if self.first_step_s is not None else 0.0
+        if total and done >= 0.02 * total and done < total and training_s > 0:
+            timing += f"，约还要 {training_s * (total - done) / done:.0f} 秒"
         running = [f"第 {i + 1} 个 {s}/{self.steps_per_run} 步" for i, s in enumerate(counts)
                    if 0 < s < self.steps_per_run][:3]
         while True:
