@@ -154,14 +154,18 @@ def test_the_benchmark_runs_and_its_rows_are_what_its_messages_say():
 
 def gloo_fifo(rank, world_size, shared):
     """Rank 0 sends 3 tensors of 4000 bytes to rank 1 and one to rank 2 over 8 Mbit/s,
-    10 ms links; the others receive. Returns what each saw."""
+    10 ms links, all four stamped with the same moment t0 (GlooLinks.send's `at`: the model's
+    arrivals then do not depend on how fast this process reaches each call, so a busy machine
+    cannot move them); the others receive. Returns (arrival − t0 per send, bytes) on rank 0,
+    what each receiver saw on the others."""
     import torch
     from lecture09.network.gloo_links import GlooLinks
     n = world_size
     links = GlooLinks(rank, [[0.01] * n for _ in range(n)], [[8e6] * n for _ in range(n)], shared_uplink=shared)
     if rank == 0:
-        sent = [links.send(torch.full((1000,), float(k)), 1) for k in range(3)]
-        sent.append(links.send(torch.full((1000,), 9.0), 2))
+        t0 = links.clock()
+        sent = [links.send(torch.full((1000,), float(k)), 1, at=t0) - t0 for k in range(3)]
+        sent.append(links.send(torch.full((1000,), 9.0), 2, at=t0) - t0)
         links.flush()
         return sent, dict(links.bytes_sent)
     got = []
@@ -176,10 +180,12 @@ def gloo_fifo(rank, world_size, shared):
 def test_gloo_links_fifo_metering_and_the_uplink_switch(shared):
     from lecture09.ranks.gloo_ranks import run_ranks
     (sent, metered), got1, got2 = run_ranks(gloo_fifo, 3, args=(shared,), timeout_s=120)
-    gaps = [b - a for a, b in zip(sent, sent[1:3])]
-    assert gaps == [pytest.approx(0.004, abs=1e-3)] * 2         # FIFO: each waits one serialisation
+    # 4000 bytes at 8 Mbit/s = 4 ms on the wire, then 10 ms of latency; FIFO: each waits for the one
+    # before. (1 µs: the clock's seconds are large floats, and t0 is subtracted from each.)
+    us = 1e-6
+    assert sent[:3] == [pytest.approx(0.014, abs=us), pytest.approx(0.018, abs=us), pytest.approx(0.022, abs=us)]
+    # shared uplink: the message to rank 2 waits for the three to rank 1; else it leaves at t0
+    assert sent[3] == pytest.approx(0.026 if shared else 0.014, abs=us)
     assert metered == {1: 12000, 2: 4000}                       # the tensors' bytes
     assert [v for _, _, v in got1] == [0.0, 1.0, 2.0] and got2[0][2] == 9.0
     assert all(measured >= arrival for arrival, measured, _ in got1 + got2)
-    # shared uplink: the message to rank 2 waits for the three to rank 1; else it leaves at once
-    assert (sent[3] - sent[2] > 0.003) == shared
