@@ -74,6 +74,14 @@ class _AdamSetup:
     recipe = _Recipe()
 
 
+class _NoClipRecipe:
+    clip_norm = 0
+
+
+class _NoClipSetup:
+    recipe = _NoClipRecipe()
+
+
 @pytest.mark.parametrize("sign_gains, said", [
     ([-0.5], True), ([-0.51, -0.46], True),    # error feedback hurt sign on every seed: the hypothesis
     ([0.2], False), ([0.004], False),          # it helped, or did nothing: no reason to explain
@@ -86,3 +94,10 @@ def test_the_sign_mechanism_is_said_as_a_hypothesis_and_only_when_error_feedback
     assert bool(text) == said
     if said:
         assert text.startswith("可能的原因（假设 hypothesis") and "练习 9" in text and "范数压到 1）" in text
+
+
+def test_without_clipping_the_hypothesis_names_only_the_cause_left():
+    """Exercise 9 (a) sets clip_norm 0: no line may speak of a clipping that did not happen."""
+    text = code5_report().sign_error_feedback_hypothesis([-0.4], _NoClipSetup())
+    assert "没有裁剪" in text and "范数压到" not in text and "练习 9 (b)" in text
+    assert code5_report().sign_error_feedback_hypothesis([0.1], _NoClipSetup()) == ""

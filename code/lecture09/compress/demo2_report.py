@@ -101,7 +101,9 @@ def print_demo2(setup, results_iter, started, out=print_wrapped):
     header = (pad("压缩方式", widths[0]) + pad("字节/数", widths[1], ">") + pad("÷ fp32", widths[2], ">")
               + pad("bits/字符", widths[3], ">") + pad("Δ", widths[4], ">"))
     summaries = {}
-    for title, runs in ((f"(a) AdamW（lr {t.recipe.peak_lr:g}）+ 聚合后全局裁剪到 {t.recipe.clip_norm:g}（第 1 讲的训练配方）", TABLE_A),
+    clipping = (f"+ 聚合后全局裁剪到 {t.recipe.clip_norm:g}（第 1 讲的训练配方）" if t.recipe.clip_norm
+                else "，不裁剪（clip_norm 0：第 1 讲的配方去掉裁剪，练习 9）")
+    for title, runs in ((f"(a) AdamW（lr {t.recipe.peak_lr:g}）{clipping}", TABLE_A),
                         (f"(b) {sgd_name(t)}，不裁剪（误差反馈的经典设定）", TABLE_B)):
         out(f"\n{title}")
         out(header)
@@ -219,6 +221,9 @@ def sign_error_feedback_hypothesis(sign_gains, t):
     as what it is: two candidate causes no run here has separated (notes §5.7, exercise 9)."""
     if compressed_dp.verdict([-x for x in sign_gains]) != "worse":
         return ""
+    if not t.recipe.clip_norm:      # exercise 9 (a): clipping removed, one candidate left
+        return ("这次没有裁剪，误差反馈仍然有害：剩下的候选原因（假设 hypothesis，讲义 5.7 节）是 Adam 按每个分量的"
+                "大小归一化，攒下的残差一次发出时不再是'晚一点发出去'那么简单；练习 9 (b) 换成 SGD 对照。")
     return ("可能的原因（假设 hypothesis，这里没有只去掉一个原因的对照；讲义 5.7 节、练习 9）："
             "Adam 按每个分量的大小归一化，只发符号本来丢的信息不多；误差反馈攒下的残差要先经过聚合后的"
             f"全局裁剪（范数压到 {t.recipe.clip_norm:g}）和 Adam 的归一化，不再是'晚一点发出去'那么简单。")
